@@ -1,0 +1,3 @@
+from lucky_monitor.cli import main
+
+raise SystemExit(main())

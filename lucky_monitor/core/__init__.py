@@ -1,0 +1,1 @@
+"""Qt-free monitor state: polling, snapshots, histories, tiling, traffic log."""

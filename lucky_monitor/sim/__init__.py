@@ -1,0 +1,1 @@
+"""Reference engine and reference trainer (Qt-free): the demo and the test oracle."""

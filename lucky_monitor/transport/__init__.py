@@ -1,0 +1,1 @@
+"""Qt-free transport: the only code that opens and maps segments."""
