@@ -23,6 +23,7 @@ so a hostile header can neither make a reader allocate nor crash it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -127,7 +128,7 @@ def _struct_for(fields: tuple[tuple[str, int, str], ...]) -> struct.Struct:
 
 
 _STRUCT = _struct_for(FIELDS)
-assert _STRUCT.size == 340  # noqa: S101 - layout self-check at import
+assert _STRUCT.size == 340  # layout self-check at import
 
 MODE_NAMES = {0: "training", 1: "inference"}
 GPU_OBS_MODES = {0: "cpu", 1: "cuda_ipc", 2: "vulkan_external"}
@@ -373,8 +374,6 @@ def validate(buf: Any, mapped_size: int | None = None) -> Header:
                 "image_format",
                 f"{IMAGE_FORMATS[h.image_format]} needs {want} channels, image_channels is {h.image_channels}",
             )
-    if h.mode not in MODE_NAMES:
-        raise HeaderError("mode", f"{h.mode}, must be 0 (training) or 1 (inference)")
     if h.gpu_obs_mode not in GPU_OBS_MODES:
         raise HeaderError("gpu_obs_mode", f"{h.gpu_obs_mode}, must be 0..2")
     if h.sim_mode not in SIM_MODES:
@@ -413,7 +412,7 @@ def validate(buf: Any, mapped_size: int | None = None) -> Header:
                 r.name, f"region [{r.offset}, {r.end}) of {r.size} bytes runs past the segment end {limit}"
             )
     ordered = sorted((r for r in regions if r.size), key=lambda r: r.offset)
-    for a, b in zip(ordered, ordered[1:]):
+    for a, b in itertools.pairwise(ordered):
         if b.offset < a.end:
             raise RegionError(b.name, f"region at {b.offset} overlaps {a.name} [{a.offset}, {a.end})")
     return h

@@ -1,0 +1,876 @@
+"""Open and map LRBC segments: read-only attach, engine-side create, trainer attach.
+
+Theory of operation
+-------------------
+A segment is one shared-memory object named ``LuckyEngine_<pid>`` (or any
+name matching ``[A-Za-z0-9_.-]{1,200}``). On Linux it is the file
+``/dev/shm/<name>``; on macOS (and other POSIX systems without ``/dev/shm``)
+a POSIX shared-memory object opened with ``shm_open``; on Windows a named
+file mapping. Only this module creates mappings of a segment (the tools
+channel in :mod:`.tools` maps its own region through the helpers here).
+
+*Monitors* attach read-only (:class:`Segment`): ``open(O_RDONLY)`` plus
+``mmap(ACCESS_READ)``, so no byte of the segment can be written through any
+view, and nothing is ever unlinked on exit. (``multiprocessing.shared_memory``
+is not used: it cannot map read-only and its resource tracker unlinks the
+engine's segment when a reader exits.)
+
+Attach order, chosen so a hostile or half-written file can never crash the
+reader:
+
+1. ``fstat`` the object; refuse anything that is not a regular file/object or
+   is smaller than the 4096-byte header (``TruncatedSegment``).
+2. Copy the header out (``pread`` where the object is a file, else a copy from
+   a header-sized mapping) and :func:`~lucky_monitor.protocol.header.validate`
+   it against the size just measured, before any view exists.
+3. Map exactly the validated size and build the numpy views and the cached
+   counter casts.
+
+The hot counters live in the header page. After attach the file can still be
+truncated, unlinked or replaced by another engine under the same name; touching
+a page past the end of a truncated file raises ``SIGBUS`` and kills the
+process. :meth:`Segment.still_valid` therefore re-checks the file (path still
+names the same inode, size still covers ``segment_size``, ``session_id``
+unchanged) without touching any region, and the monitor calls it on every poll
+before it reads a region. An engine never shrinks a live segment, so the
+remaining window between that check and the copy only matters for a hostile
+writer.
+
+*Engines* create segments with :meth:`EngineSegment.create`. On Linux the file
+is filled under a hidden temporary name and then linked to its real name, so a
+reader never sees a half-initialised header; elsewhere the magic is written
+last. :meth:`EngineSegment.unlink` announces ``engine_state = 3`` (closing)
+before removing the name.
+
+Platform notes: the Linux code path is the one exercised by the test suite.
+The macOS (``_posixshmem.shm_open``) and Windows (named file mapping through
+``mmap`` with ``tagname``) paths implement the same interface but cannot be
+tested on Linux. On Windows a name is never unlinked while any process holds a
+handle, so a restarted engine re-opens the same mapping and the change is seen
+only through ``session_id``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+import secrets
+import stat
+import struct
+import sys
+from dataclasses import dataclass
+from typing import Self
+
+import atomics
+import numpy as np
+
+from ..protocol import header as hdr
+from ..protocol.errors import (
+    SegmentGone,
+    SegmentNotFound,
+    TransportError,
+    TruncatedSegment,
+)
+from ..protocol.header import HEADER_SIZE, LIVE_FIELDS, Header
+from ..protocol.ring import init_ring
+
+__all__ = [
+    "EngineSegment",
+    "InvalidSegmentName",
+    "Live",
+    "RingPositions",
+    "Segment",
+    "SegmentExists",
+    "TrainerSegment",
+    "peek_header",
+    "platform_kind",
+    "shm_path",
+    "validate_name",
+]
+
+NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,200}")
+SHM_DIR = "/dev/shm"  # noqa: S108 - the POSIX shared-memory directory, not a temp dir
+
+
+class InvalidSegmentName(SegmentNotFound, ValueError):
+    """A segment name outside ``[A-Za-z0-9_.-]{1,200}`` (no segment can have it)."""
+
+
+class SegmentExists(TransportError):
+    """:meth:`EngineSegment.create` found a segment of that name already there."""
+
+
+def platform_kind() -> str:
+    """Which shared-memory flavour this platform uses.
+
+    Returns
+    -------
+    str
+        ``"dir"`` (a directory of files, ``/dev/shm``), ``"posix"``
+        (``shm_open`` without a listable directory, e.g. macOS) or ``"win32"``.
+    """
+    if sys.platform == "win32":
+        return "win32"
+    if sys.platform.startswith("linux") and os.path.isdir(SHM_DIR):
+        return "dir"
+    return "posix"
+
+
+def validate_name(name: object) -> str:
+    """Return ``name`` if it is a valid segment name, else raise :class:`InvalidSegmentName`."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name in (".", ".."):
+        shown = repr(name)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        raise InvalidSegmentName(
+            f"invalid segment name {shown}: use 1-200 characters from A-Z a-z 0-9 _ . - (no '/')"
+        )
+    return name
+
+
+def shm_path(name: str) -> str:
+    """The OS-level name of segment ``name``.
+
+    Parameters
+    ----------
+    name
+        Segment name, e.g. ``"LuckyEngine_1234"``.
+
+    Returns
+    -------
+    str
+        ``/dev/shm/<name>`` on Linux, ``/<name>`` (the ``shm_open`` name) on
+        other POSIX systems, ``<name>`` (the file-mapping name) on Windows.
+
+    Raises
+    ------
+    InvalidSegmentName
+        The name contains a character outside ``[A-Za-z0-9_.-]``, is empty,
+        longer than 200 characters, or is ``.``/``..``.
+    """
+    validate_name(name)
+    kind = platform_kind()
+    if kind == "dir":
+        return os.path.join(SHM_DIR, name)
+    if kind == "posix":
+        return "/" + name
+    return name
+
+
+# --------------------------------------------------------------------------- OS layer
+
+
+def _os_error(exc: OSError, name: str, what: str) -> TransportError:
+    """Translate an ``OSError`` from opening/mapping ``name`` into a typed error."""
+    if isinstance(exc, FileNotFoundError):
+        return SegmentNotFound(f"no segment named {name!r}")
+    if isinstance(exc, PermissionError):
+        return TransportError(f"{what} {name!r}: permission denied")
+    return TransportError(f"{what} {name!r}: {exc.strerror or exc}")
+
+
+@dataclass
+class _Opened:
+    """A freshly opened segment object (nothing mapped yet except on Windows)."""
+
+    fd: int | None
+    size: int
+    ino: int
+    dev: int
+    mtime: float
+    header_bytes: bytes
+
+
+def _fstat_regular(fd: int, name: str) -> os.stat_result:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise TransportError(f"{name!r} is not a shared-memory segment (not a regular file)")
+    return st
+
+
+def _read_header_fd(fd: int, size: int) -> bytes:
+    """Copy the header out of ``fd``; never touches a mapping, so never SIGBUS."""
+    want = min(size, HEADER_SIZE)
+    if platform_kind() == "dir":
+        data = os.pread(fd, want, 0)
+    else:  # POSIX shm objects cannot be read(2) on macOS: copy through a mapping
+        with mmap.mmap(fd, want, access=mmap.ACCESS_READ) as mm:
+            data = bytes(mm[:want])
+    return data
+
+
+def _open_posix(name: str, *, write: bool) -> _Opened:
+    flags = (os.O_RDWR if write else os.O_RDONLY) | getattr(os, "O_CLOEXEC", 0)
+    kind = platform_kind()
+    try:
+        if kind == "dir":
+            # O_NONBLOCK: a FIFO planted under the name must not hang us.
+            fd = os.open(shm_path(name), flags | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        else:
+            import _posixshmem  # type: ignore[import-not-found]
+
+            fd = _posixshmem.shm_open(shm_path(name), flags, mode=0o600)
+    except OSError as exc:
+        raise _os_error(exc, name, "cannot open segment") from None
+    try:
+        st = _fstat_regular(fd, name)
+        if st.st_size < HEADER_SIZE:
+            raise TruncatedSegment(
+                "segment_size", f"segment is {st.st_size} bytes, smaller than the {HEADER_SIZE}-byte header"
+            )
+        data = _read_header_fd(fd, st.st_size)
+        if len(data) < HEADER_SIZE:  # shrank between fstat and read
+            raise TruncatedSegment("segment_size", f"only {len(data)} header bytes could be read")
+        return _Opened(fd, st.st_size, st.st_ino, st.st_dev, st.st_mtime, data)
+    except OSError as exc:
+        os.close(fd)
+        raise _os_error(exc, name, "cannot read segment") from None
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+# Windows -------------------------------------------------------------------
+
+
+def _win_mapping_size(name: str, *, write: bool) -> int:
+    """Size of the existing named mapping ``name`` (page-rounded); raise if absent.
+
+    Uses ``OpenFileMappingW`` so that a missing name is reported instead of
+    being silently created by ``mmap(-1, ..., tagname=name)``.
+    """
+    import ctypes
+    from ctypes import wintypes
+
+    k32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
+    k32.OpenFileMappingW.restype = wintypes.HANDLE
+    k32.OpenFileMappingW.argtypes = [wintypes.DWORD, wintypes.BOOL, wintypes.LPCWSTR]
+    k32.MapViewOfFile.restype = ctypes.c_void_p
+    k32.MapViewOfFile.argtypes = [wintypes.HANDLE, wintypes.DWORD, wintypes.DWORD, wintypes.DWORD, ctypes.c_size_t]
+    k32.UnmapViewOfFile.argtypes = [ctypes.c_void_p]
+    k32.CloseHandle.argtypes = [wintypes.HANDLE]
+
+    class MBI(ctypes.Structure):
+        _fields_ = [
+            ("BaseAddress", ctypes.c_void_p), ("AllocationBase", ctypes.c_void_p),
+            ("AllocationProtect", wintypes.DWORD), ("PartitionId", wintypes.WORD),
+            ("RegionSize", ctypes.c_size_t), ("State", wintypes.DWORD),
+            ("Protect", wintypes.DWORD), ("Type", wintypes.DWORD),
+        ]
+
+    k32.VirtualQuery.argtypes = [ctypes.c_void_p, ctypes.POINTER(MBI), ctypes.c_size_t]
+    k32.VirtualQuery.restype = ctypes.c_size_t
+    file_map_read, file_map_write = 0x0004, 0x0002
+    access = file_map_read | (file_map_write if write else 0)
+    handle = k32.OpenFileMappingW(access, False, name)
+    if not handle:
+        err = ctypes.get_last_error()  # type: ignore[attr-defined]
+        if err == 2:  # ERROR_FILE_NOT_FOUND
+            raise SegmentNotFound(f"no segment named {name!r}")
+        if err == 5:  # ERROR_ACCESS_DENIED
+            raise TransportError(f"cannot open segment {name!r}: permission denied")
+        raise TransportError(f"cannot open segment {name!r}: Windows error {err}")
+    try:
+        addr = k32.MapViewOfFile(handle, file_map_read, 0, 0, 0)
+        if not addr:
+            raise TransportError(f"cannot map segment {name!r}: Windows error {ctypes.get_last_error()}")  # type: ignore[attr-defined]
+        try:
+            info = MBI()
+            if not k32.VirtualQuery(addr, ctypes.byref(info), ctypes.sizeof(info)):
+                raise TransportError(f"cannot size segment {name!r}")
+            return int(info.RegionSize)
+        finally:
+            k32.UnmapViewOfFile(addr)
+    finally:
+        k32.CloseHandle(handle)
+
+
+def _open_win(name: str, *, write: bool) -> _Opened:
+    size = _win_mapping_size(name, write=write)
+    if size < HEADER_SIZE:
+        raise TruncatedSegment("segment_size", f"segment is {size} bytes, smaller than the {HEADER_SIZE}-byte header")
+    try:
+        with mmap.mmap(-1, HEADER_SIZE, tagname=name, access=mmap.ACCESS_READ) as mm:  # type: ignore[call-arg]
+            data = bytes(mm[:HEADER_SIZE])
+    except OSError as exc:
+        raise _os_error(exc, name, "cannot map segment") from None
+    return _Opened(None, size, 0, 0, 0.0, data)
+
+
+def _open(name: str, *, write: bool = False) -> _Opened:
+    validate_name(name)
+    if platform_kind() == "win32":
+        return _open_win(name, write=write)
+    return _open_posix(name, write=write)
+
+
+def _map(name: str, opened: _Opened, length: int, *, write: bool, offset: int = 0) -> mmap.mmap:
+    """Map ``length`` bytes of an opened segment starting at ``offset``."""
+    access = mmap.ACCESS_WRITE if write else mmap.ACCESS_READ
+    try:
+        if opened.fd is None:
+            return mmap.mmap(-1, length, tagname=name, access=access, offset=offset)  # type: ignore[call-arg]
+        return mmap.mmap(opened.fd, length, access=access, offset=offset)
+    except (OSError, ValueError) as exc:
+        raise TransportError(f"cannot map segment {name!r}: {exc}") from None
+
+
+def peek_header(name: str) -> tuple[bytes, int, float]:
+    """Copy a segment's header without validating it.
+
+    Parameters
+    ----------
+    name
+        Segment name.
+
+    Returns
+    -------
+    header_bytes : bytes
+        The first :data:`~lucky_monitor.protocol.header.HEADER_SIZE` bytes.
+    size : int
+        Size of the object in bytes (page-rounded on Windows).
+    mtime : float
+        Modification time (seconds since the epoch; 0.0 where unknown).
+
+    Raises
+    ------
+    InvalidSegmentName, SegmentNotFound, TransportError, TruncatedSegment
+    """
+    opened = _open(name)
+    if opened.fd is not None:
+        os.close(opened.fd)
+    return opened.header_bytes, opened.size, opened.mtime
+
+
+# ------------------------------------------------------------------------ views
+
+
+@dataclass(frozen=True)
+class Live:
+    """All live header fields read at (nearly) one instant.
+
+    Each field is one aligned load; the set is not read atomically.
+    """
+
+    client_pid: int
+    frame_seq: int
+    action_seq: int
+    image_seq: int
+    image_frame_seq: int
+    heartbeat_ns: int
+    services_enabled: int
+    sim_mode: int
+    engine_state: int
+
+
+assert tuple(f for f in Live.__dataclass_fields__) == LIVE_FIELDS
+
+
+@dataclass(frozen=True)
+class RingPositions:
+    """The two position words of one command ring, as read just now."""
+
+    name: str
+    offset: int
+    capacity: int
+    write_pos: int
+    read_pos: int
+
+    @property
+    def used(self) -> int:
+        """Bytes between the consumer and the producer, modulo 2**32."""
+        return (self.write_pos - self.read_pos) & 0xFFFFFFFF
+
+
+class _Mapped:
+    """Common state of a mapped segment: views, counters, close()."""
+
+    name: str
+    path: str
+    header: Header
+    size: int
+    inode: int
+    session_id: int
+    buf: memoryview
+    obs: np.ndarray
+    act: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    truncateds: np.ndarray | None
+    resets: np.ndarray
+    images: np.ndarray | None
+
+    def _setup(self, name: str, opened: _Opened, h: Header, mm: mmap.mmap) -> None:
+        self.name = name
+        self.path = shm_path(name)
+        self.header = h
+        self.size = len(mm)
+        self.inode = opened.ino
+        self._dev = opened.dev
+        self.session_id = h.session_id
+        self._fd = opened.fd
+        self._mm: mmap.mmap | None = mm
+        self._closed = False
+        self._need = h.segment_size or self.size
+        self.buf = memoryview(mm)
+        self._ctr: dict[str, memoryview] = {}
+        for f in (*LIVE_FIELDS, "session_id"):
+            off, code = hdr.OFFSET[f], hdr.CODE[f]
+            self._ctr[f] = self.buf[off : off + struct.calcsize(code)].cast(code)
+        self._session = self._ctr.pop("session_id")
+        n = h.num_envs
+
+        def arr(field: str, dtype: str, count: int, shape: tuple[int, ...]) -> np.ndarray:
+            return np.frombuffer(mm, dtype=dtype, count=count, offset=getattr(h, field)).reshape(shape)
+
+        self.obs = arr("obs_offset", "<f4", n * h.obs_size, (n, h.obs_size))
+        self.act = arr("act_offset", "<f4", n * h.act_size, (n, h.act_size))
+        self.rewards = arr("rewards_offset", "<f4", n, (n,))
+        self.dones = arr("dones_offset", "u1", n, (n,))
+        self.resets = arr("resets_offset", "u1", n, (n,))
+        self.truncateds = arr("truncateds_offset", "u1", n, (n,)) if h.truncateds_offset else None
+        self.images = (
+            arr("image_offset", "u1", n * h.image_bytes_per_env, (n, h.image_height, h.image_width, h.image_channels))
+            if h.image_offset
+            else None
+        )
+
+    # ------------------------------------------------------------ counters
+    def counter(self, field: str) -> int:
+        """Read one live header field now (one aligned load).
+
+        Parameters
+        ----------
+        field
+            One of :data:`~lucky_monitor.protocol.header.LIVE_FIELDS`.
+
+        Raises
+        ------
+        KeyError
+            ``field`` is not a live field.
+        """
+        return self._ctr[field][0]
+
+    def live(self) -> Live:
+        """All live fields, read one after another."""
+        c = self._ctr
+        return Live(*(c[f][0] for f in LIVE_FIELDS))
+
+    def ring_positions(self) -> dict[str, RingPositions]:
+        """Positions of every command ring: ``cmd_s2c``, ``cmd_c2s`` and, with a tools channel,
+        ``tools_c2s`` and ``tools_s2c``.
+
+        Each ring's ``read_pos`` is read, then ``write_pos``, then ``read_pos``
+        again until two reads agree (at most a few tries), so ``used`` is not
+        inflated by a consumer that moved in between.
+        """
+        h = self.header
+        rings = [("cmd_s2c", h.cmd_s2c_offset, h.cmd_ring_size), ("cmd_c2s", h.cmd_c2s_offset, h.cmd_ring_size)]
+        if h.tools_offset:
+            rings += [("tools_c2s", h.tools_c2s_offset, h.tools_ring_size),
+                      ("tools_s2c", h.tools_s2c_offset, h.tools_ring_size)]
+        out = {}
+        for name, off, cap in rings:
+            r0 = struct.unpack_from("<I", self.buf, off + 4)[0]
+            for _ in range(8):
+                w = struct.unpack_from("<I", self.buf, off)[0]
+                r1 = struct.unpack_from("<I", self.buf, off + 4)[0]
+                if r1 == r0:
+                    break
+                r0 = r1
+            out[name] = RingPositions(name, off, cap, w, r0)
+        return out
+
+    # ------------------------------------------------------------ validity
+    def _file_check(self) -> str | None:
+        kind = platform_kind()
+        try:
+            if kind == "dir":
+                st = os.stat(self.path)
+                if (st.st_ino, st.st_dev) != (self.inode, self._dev):
+                    return "segment recreated (the name now points to a new file)"
+            elif kind == "posix":
+                import _posixshmem  # type: ignore[import-not-found]
+
+                fd = _posixshmem.shm_open(self.path, os.O_RDONLY, mode=0o600)
+                try:
+                    st = os.fstat(fd)
+                finally:
+                    os.close(fd)
+                if st.st_ino and self.inode and (st.st_ino, st.st_dev) != (self.inode, self._dev):
+                    return "segment recreated (the name now points to a new object)"
+        except FileNotFoundError:
+            return "segment unlinked"
+        except OSError as exc:
+            return f"segment no longer accessible: {exc.strerror or exc}"
+        if self._fd is not None:
+            try:
+                size = os.fstat(self._fd).st_size
+            except OSError as exc:
+                return f"segment no longer accessible: {exc.strerror or exc}"
+            if size < self._need:
+                return f"segment shrank to {size} bytes (needs {self._need})"
+        return None
+
+    def still_valid(self) -> str | None:
+        """Check, without touching any region, that the mapping still shows the live segment.
+
+        Call this before every read of a region (the monitor does, every poll).
+
+        Returns
+        -------
+        str or None
+            ``None`` if the segment is intact; otherwise why not:
+            ``"segment unlinked"``, ``"segment recreated ..."``, ``"segment
+            shrank ..."``, ``"session_id changed ..."`` or ``"segment closed"``.
+        """
+        if self._closed:
+            return "segment closed"
+        reason = self._file_check()
+        if reason is not None:
+            return reason
+        # Safe: the header page lies below the size just checked.
+        sid = self._session[0]
+        if sid != self.session_id:
+            return f"session_id changed ({self.session_id:x} -> {sid:x}): segment recreated"
+        return None
+
+    def check(self) -> None:
+        """Raise :class:`~lucky_monitor.protocol.errors.SegmentGone` if :meth:`still_valid` fails."""
+        reason = self.still_valid()
+        if reason is not None:
+            raise SegmentGone(f"{self.name}: {reason}")
+
+    # ------------------------------------------------------------ lifetime
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Drop every view and unmap. Idempotent.
+
+        Arrays handed out earlier keep the mapping alive (and valid to read)
+        until they are garbage collected; the mapping goes away with the last.
+        """
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        for v in (*self._ctr.values(), self._session):
+            with contextlib.suppress(BufferError):
+                v.release()
+        self._ctr = {}
+        self.obs = self.act = self.rewards = self.dones = self.resets = None  # type: ignore[assignment]
+        self.truncateds = self.images = None
+        with contextlib.suppress(BufferError):
+            self.buf.release()
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            with contextlib.suppress(BufferError):  # exported arrays: unmapped when they die
+                mm.close()
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self.size} bytes"
+        return f"<{type(self).__name__} {self.name!r} session {self.session_id:x} {state}>"
+
+
+def _attach(obj: _Mapped, name: str, *, write: bool) -> None:
+    """Open, validate, map: the common attach path (see the module docstring)."""
+    opened = _open(name, write=write)
+    try:
+        h = hdr.validate(opened.header_bytes, mapped_size=opened.size)
+        length = h.segment_size or opened.size
+        mm = _map(name, opened, length, write=write)
+    except BaseException:
+        if opened.fd is not None:
+            os.close(opened.fd)
+        raise
+    obj._setup(name, opened, h, mm)
+
+
+class Segment(_Mapped):
+    """A segment attached read-only; every view refuses writes.
+
+    Attributes
+    ----------
+    name, path : str
+        Segment name and its OS-level name (see :func:`shm_path`).
+    header : Header
+        The header as validated at attach (live fields are a snapshot).
+    size : int
+        Bytes mapped.
+    inode : int
+        Inode of the object at attach (0 where the platform has none).
+    session_id : int
+        ``session_id`` at attach.
+    buf : memoryview
+        The whole mapping, read-only.
+    obs, act, rewards, dones, resets : numpy.ndarray
+        Read-only zero-copy views: ``obs`` and ``act`` are ``float32``
+        ``(num_envs, obs_size/act_size)``, ``rewards`` is ``float32``,
+        ``dones``/``resets`` are ``uint8`` ``(num_envs,)``.
+    truncateds : numpy.ndarray or None
+        ``uint8`` ``(num_envs,)``, ``None`` without a truncateds region.
+    images : numpy.ndarray or None
+        ``uint8`` ``(num_envs, height, width, channels)``, ``None`` without images.
+
+    Notes
+    -----
+    Call :meth:`still_valid` before reading a region after any pause: a
+    truncated file would otherwise kill the process with ``SIGBUS``. The
+    counters (:meth:`counter`, :meth:`live`) live in the header page and are
+    safe whenever the file still holds 4096 bytes.
+    """
+
+    @classmethod
+    def attach(cls, name: str) -> Segment:
+        """Attach to segment ``name`` read-only.
+
+        Raises
+        ------
+        InvalidSegmentName
+            Bad name.
+        SegmentNotFound
+            No segment of that name.
+        TransportError
+            Permission denied, not a regular file, or mapping failed.
+        HeaderError
+            The header fails validation (its subclasses name the rule).
+        """
+        seg = cls.__new__(cls)
+        _attach(seg, name, write=False)
+        return seg
+
+
+class _Writable(_Mapped):
+    """Stores into live fields, for the sides that own them (engine, trainer)."""
+
+    def set(self, field: str, value: int) -> None:
+        """Store ``value`` into live field ``field`` (one aligned store).
+
+        Raises
+        ------
+        KeyError
+            ``field`` is not one of :data:`~lucky_monitor.protocol.header.LIVE_FIELDS`.
+        """
+        self._ctr[field][0] = value
+
+    def cas(self, field: str, expected: int, desired: int) -> bool:
+        """Atomically replace live field ``field`` by ``desired`` if it holds ``expected``.
+
+        A locked compare-and-swap (``atomics``), e.g. for the trainer claiming
+        ``client_pid``. Returns whether the swap happened.
+
+        Raises
+        ------
+        KeyError
+            ``field`` is not one of :data:`~lucky_monitor.protocol.header.LIVE_FIELDS`.
+        """
+        if field not in self._ctr:
+            raise KeyError(field)
+        off = hdr.OFFSET[field]
+        width = struct.calcsize(hdr.CODE[field])
+        with atomics.atomicview(buffer=self.buf[off : off + width], atype=atomics.UINT) as word:
+            return bool(word.cmpxchg_strong(expected=expected, desired=desired).success)
+
+
+class TrainerSegment(_Writable):
+    """A segment attached read-write, as the trainer side does.
+
+    Same views as :class:`Segment`, all writable, plus :meth:`set` for live
+    fields (the trainer writes ``client_pid`` and ``action_seq``). A monitor
+    never uses this class.
+    """
+
+    @classmethod
+    def attach(cls, name: str) -> TrainerSegment:
+        """Attach to segment ``name`` read-write (raises like :meth:`Segment.attach`)."""
+        seg = cls.__new__(cls)
+        _attach(seg, name, write=True)
+        return seg
+
+
+
+class EngineSegment(_Writable):
+    """The engine side: creates, owns and finally unlinks a segment.
+
+    All views are writable. Use as a context manager to unlink on exit.
+    """
+
+    @classmethod
+    def create(cls, name: str, header: Header, *, exist_ok: bool = False) -> EngineSegment:
+        """Create segment ``name`` laid out by ``header`` and publish it.
+
+        Parameters
+        ----------
+        name
+            Segment name.
+        header
+            A header that passes :func:`~lucky_monitor.protocol.header.validate`
+            (e.g. from :func:`~lucky_monitor.protocol.header.plan`). The file
+            size is ``header.segment_size`` or, if that is 0, the end of the
+            last region rounded up to 4096.
+        exist_ok
+            Replace an existing segment of that name (readers of the old one
+            see it as recreated) instead of raising :class:`SegmentExists`.
+
+        Notes
+        -----
+        Every region is zero, which is an empty ring and a zero counter.
+        """
+        validate_name(name)
+        size = header.segment_size or max([HEADER_SIZE, *(r.end for r in header.regions())])
+        size = (size + 4095) // 4096 * 4096
+        hdr.validate(header.pack(), mapped_size=size)
+        seg = cls.__new__(cls)
+        kind = platform_kind()
+        if kind == "dir":
+            opened = _create_dir(name, header, size, exist_ok=exist_ok)
+        elif kind == "posix":
+            opened = _create_posix(name, header, size, exist_ok=exist_ok)
+        else:
+            opened = _create_win(name, header, size, exist_ok=exist_ok)
+        fd, mm = opened
+        ino = dev = 0
+        if fd is not None:
+            st = os.fstat(fd)
+            ino, dev = st.st_ino, st.st_dev
+        seg._setup(name, _Opened(fd, size, ino, dev, 0.0, b""), header, mm)
+        seg._unlinked = False
+        return seg
+
+    def unlink(self) -> None:
+        """Announce closing (``engine_state = 3``), remove the name, unmap. Idempotent."""
+        if getattr(self, "_unlinked", True):
+            self.close()
+            return
+        self._unlinked = True
+        if not self._closed and self._mm is not None and self._header_mapped():
+            self.set("engine_state", 3)
+        kind = platform_kind()
+        try:
+            if kind == "dir":
+                st = os.stat(self.path)
+                if (st.st_ino, st.st_dev) == (self.inode, self._dev):  # never remove a successor
+                    os.unlink(self.path)
+            elif kind == "posix":
+                import _posixshmem  # type: ignore[import-not-found]
+
+                _posixshmem.shm_unlink(self.path)
+        except FileNotFoundError:
+            pass
+        finally:
+            self.close()
+
+    def _header_mapped(self) -> bool:
+        """Whether the header page is still backed by the file (a store would not SIGBUS)."""
+        if self._fd is None:
+            return True
+        try:
+            return os.fstat(self._fd).st_size >= HEADER_SIZE
+        except OSError:
+            return False
+
+    def __exit__(self, *exc: object) -> None:
+        self.unlink()
+
+
+def _fill(mm: mmap.mmap, header: Header) -> None:
+    """Write the header, empty rings, and finally the magic into a fresh mapping."""
+    raw = header.pack()
+    mm[4:HEADER_SIZE] = raw[4:]
+    offsets = [header.cmd_s2c_offset, header.cmd_c2s_offset]
+    if header.tools_offset:
+        offsets += [header.tools_c2s_offset, header.tools_s2c_offset]
+        mm[header.tools_offset : header.tools_offset + 4] = bytes(4)  # owner_pid: free
+    for off in offsets:
+        init_ring(mm, off)
+    mm[0:4] = raw[0:4]
+
+
+def _create_dir(name: str, header: Header, size: int, *, exist_ok: bool) -> tuple[int, mmap.mmap]:
+    path = shm_path(name)
+    if not exist_ok and os.path.lexists(path):
+        raise SegmentExists(f"segment {name!r} already exists")
+    tmp = os.path.join(SHM_DIR, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    flags = os.O_CREAT | os.O_EXCL | os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(tmp, flags, 0o600)
+    except OSError as exc:
+        raise _os_error(exc, name, "cannot create segment") from None
+    mm = None
+    try:
+        os.ftruncate(fd, size)
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
+        _fill(mm, header)
+        if exist_ok:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)  # atomic publish; fails if the name appeared meanwhile
+            except FileExistsError:
+                raise SegmentExists(f"segment {name!r} already exists") from None
+            os.unlink(tmp)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if mm is not None:
+            mm.close()
+        os.close(fd)
+        if isinstance(exc, OSError):
+            raise _os_error(exc, name, "cannot create segment") from None
+        raise
+    return fd, mm
+
+
+def _create_posix(name: str, header: Header, size: int, *, exist_ok: bool) -> tuple[int, mmap.mmap]:
+    import _posixshmem  # type: ignore[import-not-found]
+
+    path = shm_path(name)
+    if exist_ok:
+        with contextlib.suppress(FileNotFoundError):
+            _posixshmem.shm_unlink(path)
+    try:
+        fd = _posixshmem.shm_open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    except FileExistsError:
+        raise SegmentExists(f"segment {name!r} already exists") from None
+    except OSError as exc:
+        raise _os_error(exc, name, "cannot create segment") from None
+    try:
+        os.ftruncate(fd, size)
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
+        _fill(mm, header)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _posixshmem.shm_unlink(path)
+        os.close(fd)
+        raise
+    return fd, mm
+
+
+def _create_win(name: str, header: Header, size: int, *, exist_ok: bool) -> tuple[None, mmap.mmap]:
+    try:
+        _win_mapping_size(name, write=False)
+    except SegmentNotFound:
+        pass
+    else:
+        if not exist_ok:
+            raise SegmentExists(f"segment {name!r} already exists")
+    try:
+        mm = mmap.mmap(-1, size, tagname=name, access=mmap.ACCESS_WRITE)  # type: ignore[call-arg]
+    except OSError as exc:
+        raise _os_error(exc, name, "cannot create segment") from None
+    mm[0:4] = bytes(4)
+    _fill(mm, header)
+    return None, mm

@@ -1,0 +1,108 @@
+"""Segment discovery and process liveness."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from lucky_monitor.protocol.header import OFFSET
+from lucky_monitor.transport.discovery import SegmentInfo, list_segments, newest_live, pid_alive
+from lucky_monitor.transport.shm import platform_kind, shm_path
+
+pytestmark = pytest.mark.skipif(platform_kind() != "dir", reason="segments are listable only under /dev/shm")
+
+
+def dead_pid() -> int:
+    """The pid of a child that has exited and been reaped."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"LuckyEngine_disc_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
+
+
+def test_pid_alive_basics() -> None:
+    assert pid_alive(os.getpid())
+    assert pid_alive(os.getppid())
+    assert pid_alive(1)  # init: alive even where signalling it is not permitted
+    for pid in (0, -1, 2**31, 2**32 - 1, 2**40):
+        assert not pid_alive(pid)
+    assert not pid_alive(dead_pid())
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="zombie state comes from /proc")
+def test_zombie_counts_as_dead() -> None:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        state = b""
+        for _ in range(10_000):  # bounded: wait until the child has exited but is not reaped
+            with open(f"/proc/{p.pid}/stat", "rb") as f:
+                data = f.read()
+            state = data[data.rfind(b")") + 2 :][:1]
+            if state == b"Z":
+                break
+            time.sleep(0.001)
+        assert state == b"Z"
+        assert not pid_alive(p.pid)
+    finally:
+        p.wait()
+
+
+def test_list_marks_live_and_dead_and_reports_bad_files(segment_factory, prefix: str) -> None:
+    live = segment_factory(prefix + "live")
+    live.set("client_pid", os.getpid())
+    gone = dead_pid()
+    stale = segment_factory(prefix + "stale", server_pid=gone)
+    bad_name = prefix + "corrupt"
+    with open(shm_path(bad_name), "wb") as f:
+        f.write(b"\x00" * 8192)
+    tiny_name = prefix + "tiny"
+    with open(shm_path(tiny_name), "wb") as f:
+        f.write(b"LRBC")
+    try:
+        infos = {i.name: i for i in list_segments(prefix)}
+        assert set(infos) == {live.name, stale.name, bad_name, tiny_name}
+        li = infos[live.name]
+        assert isinstance(li, SegmentInfo)
+        assert li.error is None and li.server_alive and li.server_pid == os.getpid()
+        assert li.client_pid == os.getpid() and li.client_alive
+        assert li.num_envs == live.header.num_envs and li.session_id == live.header.session_id
+        assert li.size == live.header.segment_size and li.path == live.path and li.mtime > 0
+        st = infos[stale.name]
+        assert st.error is None and st.server_pid == gone and not st.server_alive and not st.client_alive
+        assert "magic" in infos[bad_name].error and infos[bad_name].size == 8192
+        assert "segment_size" in infos[tiny_name].error
+        assert newest_live(prefix).name == live.name
+    finally:
+        os.unlink(shm_path(bad_name))
+        os.unlink(shm_path(tiny_name))
+
+
+def test_newest_first(segment_factory, prefix: str) -> None:
+    older = segment_factory(prefix + "a")
+    newer = segment_factory(prefix + "b")
+    now = time.time()
+    os.utime(older.path, (now, now - 100))
+    os.utime(newer.path, (now, now - 50))
+    assert [i.name for i in list_segments(prefix)] == [newer.name, older.name]
+    assert newest_live(prefix).name == newer.name
+    os.utime(older.path, (now, now))
+    assert [i.name for i in list_segments(prefix)] == [older.name, newer.name]
+    # A newer segment whose engine is gone is skipped.
+    off = OFFSET["server_pid"]
+    older.buf[off : off + 4] = dead_pid().to_bytes(4, "little")
+    os.utime(older.path, (now, now))
+    assert newest_live(prefix).name == newer.name
+
+
+def test_nothing_found(prefix: str) -> None:
+    assert list_segments(prefix) == []
+    assert newest_live(prefix) is None
