@@ -1,0 +1,317 @@
+"""The command line: list / info / check, exit codes, and one-line errors instead of tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from lucky_monitor.cli import main, run_check
+from lucky_monitor.protocol.header import FIELDS, OFFSET
+from lucky_monitor.transport.shm import platform_kind, shm_path
+
+pytestmark = pytest.mark.skipif(platform_kind() != "dir", reason="segments are files under /dev/shm only on Linux")
+
+
+def put(engine, field: str, value: int) -> None:
+    code = dict((n, c) for n, _, c in FIELDS)[field]
+    struct.pack_into("<" + code, engine.buf, OFFSET[field], value)
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+@pytest.fixture
+def healthy(segment_factory):
+    """A segment every rule passes on: live engine, trainer attached on its turn, fresh heartbeat."""
+    eng = segment_factory(image=(8, 4, 3))
+    eng.set("engine_state", 1)
+    eng.set("client_pid", os.getpid())
+    eng.set("frame_seq", 10)
+    eng.set("action_seq", 9)
+    eng.set("image_seq", 20)
+    eng.set("heartbeat_ns", time.monotonic_ns())
+    return eng
+
+
+def statuses(name: str) -> dict[str, str]:
+    results, _ = run_check(name, image_wait_s=0.0)
+    return {r.rule: r.status for r in results}
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("lucky-monitor: error: ")
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- list
+
+
+def test_list_table_and_json(segment_factory, capsys) -> None:
+    prefix = f"LuckyEngine_cli_{os.getpid()}_{uuid.uuid4().hex[:6]}_"
+    live = segment_factory(prefix + "live")
+    stale = segment_factory(prefix + "stale", server_pid=dead_pid())
+    assert main(["list", "--prefix", prefix]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:3] == ["NAME", "SERVER", "CLIENT"]
+    assert f"{live.name} " in out and "live" in out
+    assert f"{stale.name} " in out and "stale (engine gone)" in out
+    assert main(["list", "--prefix", prefix, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    by_name = {d["name"]: d for d in data}
+    assert by_name[live.name]["server_alive"] is True and by_name[live.name]["error"] is None
+    assert by_name[stale.name]["server_alive"] is False
+    assert set(data[0]) == {"name", "path", "size", "mtime", "server_pid", "server_alive", "client_pid",
+                            "client_alive", "num_envs", "session_id", "error"}
+    assert main(["list", "--prefix", prefix + "nothing"]) == 0
+    assert "no " in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- info
+
+
+def test_info_json_has_every_spec_field_then_derived(healthy, capsys) -> None:
+    handle = bytes(range(0xA0, 0xE0))
+    healthy.buf[OFFSET["gpu_obs_handle"] : OFFSET["gpu_obs_handle"] + 64] = handle
+    assert main(["info", healthy.name, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data) == [n for n, _, _ in FIELDS] + ["derived"]
+    assert data["magic"] == 0x4C524243 and data["version"] == 1
+    assert data["gpu_obs_handle"] == handle.hex() and data["gpu_obs_handle"].islower()
+    assert data["segment_size"] == healthy.header.segment_size
+    d = data["derived"]
+    assert d["server_alive"] is True and d["client_alive"] is True
+    assert d["turn"] == "trainer" and d["frame_gap"] == 1
+    assert d["pixel_format"] == "rgb" and d["bottom_up"] is False
+    assert d["services_enabled_names"][0] == "Agent" and len(d["services_available_names"]) == 8
+    assert d["path"] == shm_path(healthy.name) and d["file_size"] == healthy.header.segment_size
+    assert 0 <= d["heartbeat_age_s"] < 3600
+    assert d["tools_owner_pid"] == 0 and d["reserved_nonzero"] == []
+    assert {r["name"] for r in d["regions"]} >= {"obs", "act", "rewards", "dones", "resets", "image", "tools"}
+    assert set(d["rings"]) == {"cmd_s2c", "cmd_c2s", "tools_c2s", "tools_s2c"}
+
+
+@pytest.mark.parametrize(("client", "frame", "action", "turn"), [
+    (True, 5, 5, "engine"), (True, 5, 4, "trainer"), (True, 7, 4, "violation"), (True, 4, 5, "violation"),
+    (False, 99, 0, "free-run"),
+])
+def test_info_turn(segment_factory, capsys, client: bool, frame: int, action: int, turn: str) -> None:
+    eng = segment_factory()
+    eng.set("client_pid", os.getpid() if client else 0)
+    eng.set("frame_seq", frame)
+    eng.set("action_seq", action)
+    assert main(["info", eng.name, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)["derived"]
+    assert d["turn"] == turn and d["frame_gap"] == frame - action
+
+
+def test_info_human_table(healthy, capsys) -> None:
+    assert main(["info", healthy.name]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith("  ")]
+    header_rows = rows[: len(FIELDS)]
+    assert [r.split()[0] for r in header_rows] == [n for n, _, _ in FIELDS]
+    value_columns = {len(r) - len(r[2:].split(None, 1)[1]) for r in header_rows if len(r[2:].split(None, 1)) == 2}
+    assert len(value_columns) == 1  # aligned
+    assert "0x4C524243 ('LRBC')" in out
+    assert "trainer" in out and "pid" in out
+
+
+def test_info_defaults_to_the_newest_live_segment(segment_factory, capsys, monkeypatch) -> None:
+    import lucky_monitor.transport.discovery as disc
+
+    eng = segment_factory()
+    info = disc.SegmentInfo(eng.name, eng.path, 0, 0.0, os.getpid(), True, 0, False, 4, 1, None)
+    monkeypatch.setattr(disc, "newest_live", lambda prefix=disc.DEFAULT_PREFIX: info)
+    assert main(["info", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["session_id"] == eng.header.session_id
+    monkeypatch.setattr(disc, "newest_live", lambda prefix=disc.DEFAULT_PREFIX: None)
+    assert main(["info"]) == 2
+    assert "no live" in one_error_line(capsys.readouterr().err)
+
+
+# ----------------------------------------------------------------------------- check
+
+
+def test_check_all_pass(healthy, capsys) -> None:
+    healthy.set("heartbeat_ns", time.monotonic_ns())
+    assert main(["check", healthy.name]) == 0
+    out = capsys.readouterr().out
+    assert "FAIL" not in out and "SKIPPED" not in out
+    assert out.strip().splitlines()[-1].startswith(f"{out.count('PASS')} passed, 0 failed")
+    healthy.set("heartbeat_ns", time.monotonic_ns())
+    assert main(["check", healthy.name, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is True and data["error"] is None
+    names = [r["rule"] for r in data["rules"]]
+    for rule in ("magic", "version", "layout signature", "bound num_envs", "region obs", "regions do not overlap",
+                 "reserved bytes zero", "segment_size matches the file", "server pid alive",
+                 "client pid alive or 0", "lock-step gap", "heartbeat fresh", "image_seq even",
+                 "ring cmd_s2c positions", "ring cmd_c2s positions", "ring tools_c2s positions",
+                 "ring tools_s2c positions", "tools owner 0 or alive"):
+        assert rule in names
+
+
+def test_check_without_optional_parts_passes_with_na(segment_factory, capsys) -> None:
+    eng = segment_factory(tools_ring_size=None)  # no images, no tools, no heartbeat, free-run
+    assert main(["check", eng.name, "--json"]) == 0
+    rules = {r["rule"]: r["status"] for r in json.loads(capsys.readouterr().out)["rules"]}
+    assert rules["image_seq even"] == rules["tools owner 0 or alive"] == rules["heartbeat fresh"] == "n/a"
+    assert rules["bound image_width"] == "n/a" and rules["lock-step gap"] == "pass"
+
+
+@pytest.mark.parametrize(("mutate", "rule"), [
+    (lambda e: e.set("client_pid", dead_pid()), "client pid alive or 0"),
+    (lambda e: e.set("action_seq", 3), "lock-step gap"),
+    (lambda e: e.set("heartbeat_ns", 1), "heartbeat fresh"),
+    (lambda e: e.set("image_seq", 21), "image_seq even"),
+    (lambda e: put(e, "server_pid", dead_pid()), "server pid alive"),
+    (lambda e: e.buf.__setitem__(slice(2000, 2001), b"\x01"), "reserved bytes zero"),
+    (lambda e: e.buf.__setitem__(slice(e.header.cmd_s2c_offset, e.header.cmd_s2c_offset + 4),
+                                 (12).to_bytes(4, "little")), "ring cmd_s2c positions"),
+    (lambda e: e.buf.__setitem__(slice(e.header.tools_c2s_offset + 4, e.header.tools_c2s_offset + 8),
+                                 (2**31).to_bytes(4, "little")), "ring tools_c2s positions"),
+    (lambda e: os.truncate(e.path, e.header.segment_size + 4096), "segment_size matches the file"),
+    (lambda e: e.buf.__setitem__(slice(e.header.tools_offset, e.header.tools_offset + 4),
+                                 dead_pid().to_bytes(4, "little")), "tools owner 0 or alive"),
+])
+def test_check_live_rule_failures(healthy, capsys, mutate, rule: str) -> None:
+    mutate(healthy)
+    healthy.set("heartbeat_ns", 1 if rule == "heartbeat fresh" else time.monotonic_ns())
+    assert main(["check", healthy.name, "--image-wait", "0"]) == 1
+    out = capsys.readouterr().out
+    failed = [ln.split(None, 1)[1] for ln in out.splitlines() if ln.strip().startswith("FAIL")]
+    assert len(failed) == 1 and failed[0].startswith(rule), out
+
+
+@pytest.mark.parametrize(("field", "value", "rule", "text"), [
+    ("magic", 0x12345678, "magic", "magic:"),
+    ("version", 9, "version", "version:"),
+    ("mode", 7, "layout signature", "prototype"),
+    ("num_envs", 0, "bound num_envs", "num_envs:"),
+    ("sim_mode", 5, "bound sim_mode", "sim_mode:"),
+    ("tools_offset", 65536 + 64, "tools_offset alignment", "tools_offset:"),
+    ("segment_size", 1 << 40, "segment_size within the file", "segment_size:"),
+    ("obs_offset", 4096 + 8, "region obs", "obs_offset:"),
+    ("act_offset", 4096, "regions do not overlap", "overlaps"),
+])
+def test_check_header_rule_failure_skips_the_rest(segment_factory, capsys, field, value, rule, text) -> None:
+    eng = segment_factory()
+    put(eng, field, value)
+    code = main(["check", eng.name, "--json"])
+    captured = capsys.readouterr()
+    assert code == 3
+    assert text in one_error_line(captured.err)
+    data = json.loads(captured.out)
+    assert data["ok"] is False and text in data["error"]
+    seen_fail = False
+    for r in data["rules"]:
+        if r["rule"] == rule:
+            assert r["status"] == "fail" and text in r["detail"]
+            seen_fail = True
+        elif seen_fail:
+            assert r["status"] == "skipped", r
+        else:
+            assert r["status"] in ("pass", "n/a"), r
+    assert seen_fail
+
+
+def test_check_prototype_layout(shm_name: str, capsys) -> None:
+    buf = bytearray(8192)
+    struct.pack_into("<IIIIIII", buf, 0, 0x4C524243, 1, os.getpid(), 0, 64, 48, 12)
+    struct.pack_into("<QQQQQ", buf, 48, 256, 512, 768, 1024, 1280)
+    with open(shm_path(shm_name), "wb") as f:
+        f.write(buf)
+    assert main(["check", shm_name]) == 3
+    captured = capsys.readouterr()
+    assert "prototype" in one_error_line(captured.err)
+    assert [ln.split()[0] for ln in captured.out.splitlines() if "layout signature" in ln] == ["FAIL"]
+    assert main(["info", shm_name]) == 3
+    assert "prototype" in one_error_line(capsys.readouterr().err)
+
+
+def test_check_truncated_file(shm_name: str, capsys) -> None:
+    with open(shm_path(shm_name), "wb") as f:
+        f.write(b"LRBC" * 10)
+    assert main(["check", shm_name, "--json"]) == 3
+    captured = capsys.readouterr()
+    one_error_line(captured.err)
+    rules = json.loads(captured.out)["rules"]
+    assert rules[0]["rule"] == "file holds a header" and rules[0]["status"] == "fail"
+    assert all(r["status"] == "skipped" for r in rules[1:])
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("argv", [["info"], ["check"]])
+def test_bad_names_and_missing_segments(argv: list[str], shm_name: str, capsys) -> None:
+    assert main([*argv, shm_name]) == 2
+    assert "no segment named" in one_error_line(capsys.readouterr().err)
+    assert main([*argv, "../../etc/passwd"]) == 2
+    assert "invalid segment name" in one_error_line(capsys.readouterr().err)
+
+
+def test_corrupt_header(shm_name: str, capsys) -> None:
+    with open(shm_path(shm_name), "wb") as f:
+        f.write(bytes(range(256)) * 32)
+    assert main(["info", shm_name]) == 3
+    assert "magic" in one_error_line(capsys.readouterr().err)
+
+
+def test_no_subcommand_prints_help_and_exits_2(capsys) -> None:
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert "usage: lucky-monitor" in err and "check" in err
+
+
+def test_argparse_errors_exit_2(capsys) -> None:
+    assert main(["info", "--bogus"]) == 2
+    assert main(["frobnicate"]) == 2
+    assert main(["check", "--image-wait", "soon", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert main(["--help"]) == 0
+    assert "usage" in capsys.readouterr().out
+
+
+def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lucky_monitor", *argv], capture_output=True, text=True, env=env,
+                          timeout=60, check=False)
+
+
+def test_subprocess_exit_codes_without_traceback(shm_name: str, subprocess_env) -> None:
+    missing = _run(["info", shm_name], subprocess_env)
+    assert missing.returncode == 2
+    one_error_line(missing.stderr)
+    bad = _run(["check", "bad/name"], subprocess_env)
+    assert bad.returncode == 2
+    one_error_line(bad.stderr)
+    usage = _run(["info", "--bogus"], subprocess_env)
+    assert usage.returncode == 2 and "Traceback" not in usage.stderr and "usage:" in usage.stderr
+    with open(shm_path(shm_name), "wb") as f:
+        f.write(b"\xff" * 8192)
+    corrupt = _run(["info", shm_name], subprocess_env)
+    assert corrupt.returncode == 3
+    one_error_line(corrupt.stderr)
+    bare = _run([], subprocess_env)
+    assert bare.returncode == 2 and "usage:" in bare.stderr
+
+
+def test_subprocess_check_pass(healthy, subprocess_env) -> None:
+    healthy.set("heartbeat_ns", time.monotonic_ns())
+    res = _run(["check", healthy.name], subprocess_env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stderr == ""
