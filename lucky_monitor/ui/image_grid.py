@@ -1,0 +1,699 @@
+"""The monitor's per-env image grid: the tiler's output on a pyqtgraph ImageItem.
+
+Per frame the work is one :meth:`Tiler.tile <lucky_monitor.core.tiler.Tiler.tile>`
+(a fused copy into a preallocated grid) and one ``ImageItem.setImage(grid,
+autoLevels=False)``. With no levels and no LUT, pyqtgraph 0.14's
+``ImageItem.render`` goes through ``functions_qimage.try_make_qimage``'s
+pass-through branch: ``numpy.ascontiguousarray`` (a no-op on the grid, which
+is C-contiguous) and ``functions.ndarray_to_qimage``, a ``QImage`` of format
+``RGB888`` (``RGBA8888`` with alpha) over the grid's own memory. No
+``makeARGB``, no conversion, no copy; Qt converts pixels only while drawing,
+and only the pixels on screen.
+
+Env labels are not items per env. One cached item draws the labels of the
+tiles in view, only while a tile is at least ``label_min_px`` screen pixels
+wide and high and at most ``max_labels`` tiles are in view; its bounds are
+the visible part of the grid, and with ``DeviceCoordinateCache`` it is
+re-rendered on zoom, pan or a geometry change, never because a new frame
+arrived (a frame only blits the cached labels).
+
+Coordinates: the view's x and y are grid pixel column and row (the y axis is
+inverted so row 0 is at the top). Hover and click map scene positions through
+the ViewBox to grid pixels and :meth:`Tiler.env_at`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from os import PathLike
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6.QtCore import Qt, Signal
+
+from lucky_monitor.core.tiler import SOURCE_FORMATS, FrameMeta, Tiler, TilerError
+from lucky_monitor.protocol.errors import LuckyMonitorError
+
+__all__ = ["ImageGridError", "ImageGridWidget", "SingleEnvView", "array_to_qimage"]
+
+
+class ImageGridError(LuckyMonitorError):
+    """The image grid cannot do what was asked (nothing to save, a write failed, bad meta)."""
+
+
+def array_to_qimage(image: np.ndarray) -> QtGui.QImage:
+    """A ``QImage`` that owns a copy of ``image`` (``(h, w, 3)`` RGB or ``(h, w, 4)`` RGBA uint8).
+
+    The pixels are first copied into a numpy buffer this function owns, and
+    the returned image is detached from it (``QImage.copy``), so the result
+    never refers to the caller's memory, read-only or not.
+
+    Raises
+    ------
+    ImageGridError
+        ``image`` is not a 3-D uint8 array with 3 or 4 channels.
+    """
+    if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] not in (3, 4):
+        raise ImageGridError("image: expected an (h, w, 3|4) uint8 array")
+    owned = np.array(image, dtype=np.uint8, order="C", copy=True)
+    h, w, c = owned.shape
+    fmt = QtGui.QImage.Format.Format_RGB888 if c == 3 else QtGui.QImage.Format.Format_RGBA8888
+    wrapped = QtGui.QImage(owned.data, w, h, owned.strides[0], fmt)
+    return wrapped.copy()  # deep copy owned by Qt; `owned` may go
+
+
+def _save_png(image: np.ndarray, path: str | PathLike[str]) -> None:
+    qimage = array_to_qimage(image)
+    target = str(path)
+    if not qimage.save(target, "PNG"):
+        raise ImageGridError(f"cannot write PNG {target!r}")
+
+
+def _meta_field(meta: Any, name: str, default: Any) -> Any:
+    if meta is None:
+        return default
+    if isinstance(meta, Mapping):
+        return meta.get(name, default)
+    return getattr(meta, name, default)
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise ImageGridError(f"{name}: {value!r}, must be a non-negative integer")
+    return int(value)
+
+
+class _EnvLabels(QtWidgets.QGraphicsItem):
+    """Env index labels of the tiles in view, drawn at a fixed screen size.
+
+    One item for the whole grid. Its bounding rect is the part of the grid in
+    view, and only while tiles are big enough on screen and few enough in
+    view; otherwise it is empty and the item costs nothing. It is cached in
+    device coordinates, so a new frame (which repaints the image under it)
+    only blits the cache; zoom, pan and geometry changes re-render it.
+    """
+
+    def __init__(self, min_tile_px: int, max_labels: int) -> None:
+        super().__init__()
+        self._tiler: Tiler | None = None
+        self._rect = QtCore.QRectF()
+        self._min_tile_px = min_tile_px
+        self._max_labels = max_labels
+        self._texts: dict[int, QtGui.QStaticText] = {}
+        self._font = QtGui.QFont()
+        self._font.setPixelSize(11)
+        self._bg = QtGui.QColor(0, 0, 0, 160)
+        self._fg = QtGui.QColor(255, 255, 255)
+        self.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+        self.setAcceptHoverEvents(False)
+        #: labels drawn by the last paint, and paints so far (diagnostics)
+        self.last_drawn = 0
+        self.paints = 0
+
+    def set_tiler(self, tiler: Tiler | None) -> None:
+        self._tiler = tiler
+        self._texts.clear()
+        self._set_rect(QtCore.QRectF())
+
+    def _set_rect(self, rect: QtCore.QRectF) -> None:
+        if rect != self._rect:
+            self.prepareGeometryChange()
+            self._rect = rect
+        self.update()
+
+    def set_view(self, view_rect: QtCore.QRectF, pixel_w: float, pixel_h: float) -> None:
+        """Follow the view: ``view_rect`` in grid pixels, ``pixel_*`` grid pixels per screen pixel."""
+        t = self._tiler
+        rect = QtCore.QRectF()
+        if t is not None and pixel_w > 0 and pixel_h > 0:
+            big = t.width / pixel_w >= self._min_tile_px and t.height / pixel_h >= self._min_tile_px
+            r = view_rect.normalized().intersected(QtCore.QRectF(0, 0, t.grid_width, t.grid_height))
+            if big and not r.isEmpty():
+                c0, c1, r0, r1 = self._tile_span(t, r)
+                if (c1 - c0 + 1) * (r1 - r0 + 1) <= self._max_labels:
+                    rect = r
+        self._set_rect(rect)
+
+    @staticmethod
+    def _tile_span(t: Tiler, r: QtCore.QRectF) -> tuple[int, int, int, int]:
+        pitch_x, pitch_y = t.width + t.gap, t.height + t.gap
+        c0 = max(0, int(r.left() // pitch_x))
+        c1 = min(t.columns - 1, int(r.right() // pitch_x))
+        r0 = max(0, int(r.top() // pitch_y))
+        r1 = min(t.rows - 1, int(r.bottom() // pitch_y))
+        return c0, c1, r0, r1
+
+    def boundingRect(self) -> QtCore.QRectF:
+        return QtCore.QRectF(self._rect)
+
+    def paint(self, painter: QtGui.QPainter, option: Any, widget: Any = None) -> None:
+        self.paints += 1
+        self.last_drawn = 0
+        t, r = self._tiler, self._rect
+        if t is None or r.isEmpty():
+            return
+        tr = painter.worldTransform()
+        c0, c1, r0, r1 = self._tile_span(t, r)
+        pitch_x, pitch_y = t.width + t.gap, t.height + t.gap
+        painter.save()
+        painter.resetTransform()
+        painter.setFont(self._font)
+        painter.setPen(self._fg)
+        drawn = 0
+        for row in range(r0, r1 + 1):
+            for col in range(c0, c1 + 1):
+                env = row * t.columns + col
+                if env >= t.num_envs:
+                    break
+                text = self._texts.get(env)
+                if text is None:
+                    text = QtGui.QStaticText(str(env))
+                    text.prepare(QtGui.QTransform(), self._font)
+                    self._texts[env] = text
+                # the tile's top-left corner, kept inside the view for tiles cut by its edge
+                corner = tr.map(QtCore.QPointF(max(col * pitch_x, r.left()), max(row * pitch_y, r.top())))
+                size = text.size()
+                painter.fillRect(QtCore.QRectF(corner.x(), corner.y(), size.width() + 4, size.height() + 2), self._bg)
+                painter.drawStaticText(QtCore.QPointF(corner.x() + 2, corner.y() + 1), text)
+                drawn += 1
+        painter.restore()
+        self.last_drawn = drawn
+
+
+class SingleEnvView(QtWidgets.QWidget):
+    """One env's tile at native resolution (one image pixel per device pixel).
+
+    A separate window fed by :class:`ImageGridWidget` with each frame while it
+    is visible. It shows the tile as the grid does (after flips and swaps).
+    """
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowFlag(Qt.WindowType.Window, True)
+        self.setWindowTitle("env")
+        self.env: int | None = None
+        self.title = QtWidgets.QLabel("no env selected")
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.ci.setContentsMargins(0, 0, 0, 0)
+        self.view_box: pg.ViewBox = self.graphics.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
+        self.view_box.setMouseEnabled(False, False)
+        self.view_box.disableAutoRange()
+        self.image_item = pg.ImageItem(axisOrder="row-major", autoDownsample=False)
+        self.view_box.addItem(self.image_item)
+        self.view_box.sigResized.connect(self.set_native_scale)
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.title)
+        layout.addWidget(self.graphics, 1)
+
+    def set_image(self, env: int, tile: np.ndarray) -> None:
+        """Show ``tile`` (``(h, w, 3|4)`` uint8) as env ``env``."""
+        shape_changed = self.image_item.image is None or self.image_item.image.shape != tile.shape
+        self.image_item.setImage(tile, autoLevels=False)
+        if env != self.env:
+            self.env = env
+            self.title.setText(f"env {env}  {tile.shape[1]}x{tile.shape[0]}")
+            self.setWindowTitle(f"env {env}")
+        if shape_changed:
+            self.set_native_scale()
+
+    def set_native_scale(self, *_: object) -> None:
+        """Range the view so one image pixel covers one device pixel, centred."""
+        image = self.image_item.image
+        if image is None:
+            return
+        dpr = self.devicePixelRatioF() or 1.0
+        vw, vh = max(1.0, self.view_box.width() * dpr), max(1.0, self.view_box.height() * dpr)
+        cx, cy = image.shape[1] / 2, image.shape[0] / 2
+        self.view_box.setRange(
+            xRange=(cx - vw / 2, cx + vw / 2), yRange=(cy - vh / 2, cy + vh / 2), padding=0, update=True
+        )
+
+
+class ImageGridWidget(QtWidgets.QWidget):
+    """Per-env camera images tiled into one zoomable, clickable picture.
+
+    Parameters
+    ----------
+    parent : QWidget, optional
+    gap : int, optional
+        Pixels between tiles (see :class:`Tiler`).
+    gap_value : int or (int, int, int), optional
+        Gap colour.
+    label_min_px : int, optional
+        Env labels are drawn only when a tile is at least this many screen
+        pixels wide and high.
+    max_labels : int, optional
+        Env labels are drawn only when at most this many tiles are in view.
+
+    Signals
+    -------
+    env_selected(int)
+        An env was selected (clicked, or :meth:`select_env`).
+    hover_changed(str)
+        The hover readout changed, e.g. ``"env 12  x 30 y 41  rgb(255, 0, 0)"``
+        (``""`` off the tiles).
+    """
+
+    env_selected = Signal(int)
+    hover_changed = Signal(str)
+
+    def __init__(
+        self,
+        parent: QtWidgets.QWidget | None = None,
+        *,
+        gap: int = 2,
+        gap_value: int | tuple[int, int, int] = 40,
+        label_min_px: int = 32,
+        max_labels: int = 1024,
+    ) -> None:
+        super().__init__(parent)
+        Tiler(1, 1, 1, 3, gap=gap, gap_value=gap_value)  # validates both (TilerError) before any frame
+        self._gap = gap
+        self._gap_value = gap_value
+        self.tiler: Tiler | None = None  # the front grid: what is shown
+        self._back: Tiler | None = None  # same geometry; copy_frame fills it, present swaps
+        self._back_ready = False
+        self._images: np.ndarray | None = None
+        self._has_frame = False
+        self._src_format = "auto"
+        self._bottom_up = False
+        self._selected: int | None = None
+        self._hover: tuple[float, float] | None = None
+        self._hover_text = ""
+        self._meta: tuple[int, ...] | None = None
+        self._needs_fit = False
+        self._single: SingleEnvView | None = None
+
+        # --- view
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.ci.setContentsMargins(0, 0, 0, 0)
+        self.view_box: pg.ViewBox = self.graphics.addViewBox(lockAspect=True, invertY=True)
+        self.view_box.disableAutoRange()
+        self.image_item = pg.ImageItem(axisOrder="row-major", autoDownsample=False)
+        self.view_box.addItem(self.image_item)
+        self.labels = _EnvLabels(label_min_px, max_labels)
+        self.labels.setZValue(10)
+        self.view_box.addItem(self.labels, ignoreBounds=True)
+        pen = QtGui.QPen(QtGui.QColor(255, 210, 0), 2)
+        pen.setCosmetic(True)
+        self.highlight = QtWidgets.QGraphicsRectItem()
+        self.highlight.setPen(pen)
+        self.highlight.setBrush(Qt.BrushStyle.NoBrush)
+        self.highlight.setZValue(20)
+        self.highlight.setVisible(False)
+        self.view_box.addItem(self.highlight, ignoreBounds=True)
+        self.view_box.sigRangeChanged.connect(self._update_labels)
+        self.view_box.sigResized.connect(self._update_labels)
+        scene = self.graphics.scene()
+        scene.sigMouseMoved.connect(self._on_mouse_moved)
+        scene.sigMouseClicked.connect(self._on_mouse_clicked)
+        self.graphics.viewport().installEventFilter(self)
+
+        # --- controls
+        self.columns_spin = QtWidgets.QSpinBox()
+        self.columns_spin.setRange(0, 0)
+        self.columns_spin.setSpecialValueText("auto")
+        self.columns_spin.setToolTip("tiles per row (auto: near-square grid)")
+        self.flip_check = QtWidgets.QCheckBox("flip rows")
+        self.channel_combo = QtWidgets.QComboBox()
+        self.channel_combo.addItems(["as-is", "swap R↔B"])
+        self.alpha_check = QtWidgets.QCheckBox("alpha")
+        self.alpha_check.setToolTip("show the alpha channel (blended over the background)")
+        self.reset_button = QtWidgets.QPushButton("reset zoom")
+        self.single_button = QtWidgets.QPushButton("1:1 view")
+        self.columns_spin.valueChanged.connect(self._on_columns_changed)
+        self.flip_check.toggled.connect(self._retile)
+        self.channel_combo.currentIndexChanged.connect(self._retile)
+        self.alpha_check.toggled.connect(self._on_alpha_toggled)
+        self.reset_button.clicked.connect(self.reset_zoom)
+        self.single_button.clicked.connect(self.open_single_env_view)
+
+        controls = QtWidgets.QHBoxLayout()
+        controls.addWidget(QtWidgets.QLabel("columns"))
+        controls.addWidget(self.columns_spin)
+        controls.addWidget(self.flip_check)
+        controls.addWidget(QtWidgets.QLabel("channels"))
+        controls.addWidget(self.channel_combo)
+        controls.addWidget(self.alpha_check)
+        controls.addStretch(1)
+        controls.addWidget(self.reset_button)
+        controls.addWidget(self.single_button)
+
+        self.status_label = QtWidgets.QLabel("no images")
+        self.hover_label = QtWidgets.QLabel("")
+        self.hover_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        status = QtWidgets.QHBoxLayout()
+        status.addWidget(self.status_label, 1)
+        status.addWidget(self.hover_label)
+
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addLayout(controls)
+        layout.addWidget(self.graphics, 1)
+        layout.addLayout(status)
+
+    # ------------------------------------------------------------ frames
+    def set_frame(self, images: np.ndarray, meta: FrameMeta | Mapping[str, Any] | Any | None = None) -> None:
+        """Show one batch of images: :meth:`copy_frame` then :meth:`present`.
+
+        Parameters
+        ----------
+        images : numpy.ndarray
+            ``(n, h, w, c)`` uint8 (``c`` 1, 3 or 4), or ``(n, h, w)`` gray. A
+            new shape re-plans the grid; the same shape reuses it. The array
+            is kept (not copied) so that control changes can re-tile it; pass
+            a buffer you own, not a view of a live mapping.
+        meta : FrameMeta or mapping or object, optional
+            ``src_format`` and ``bottom_up`` decide decoding; ``image_seq``,
+            ``image_frame_seq`` and ``torn`` (when all present) update the
+            status line. Missing fields keep their defaults.
+
+        Raises
+        ------
+        TilerError
+            The images cannot be tiled (wrong type, dtype, shape or format).
+        ImageGridError
+            A status counter in ``meta`` is not a non-negative integer.
+        """
+        self.copy_frame(images, meta)
+        self._images = images
+        self.present(meta)
+
+    def copy_frame(self, images: np.ndarray, meta: FrameMeta | Mapping[str, Any] | Any | None = None) -> None:
+        """Tile ``images`` into the back grid without showing them or keeping a reference.
+
+        This is the only read of ``images``, so it can run as a seqlock image
+        sink straight over a read-only mapping: call :meth:`present` once the
+        copy is known to be consistent. The grids are double-buffered, so a
+        torn copy that is never presented is never shown either: the front
+        grid keeps the last good frame. Control changes made after a
+        ``copy_frame`` apply from the next frame.
+
+        Parameters and errors are those of :meth:`set_frame` (``meta`` is read
+        for ``src_format`` and ``bottom_up`` only).
+        """
+        if not isinstance(images, np.ndarray) or images.ndim not in (3, 4) or images.dtype != np.uint8:
+            raise TilerError("images: expected an (n, h, w[, c]) uint8 numpy array")
+        n, h, w = images.shape[:3]
+        c = images.shape[3] if images.ndim == 4 else 1
+        src_format = _meta_field(meta, "src_format", "auto")
+        if src_format not in SOURCE_FORMATS:
+            raise TilerError(f"src_format: {src_format!r}, must be one of {', '.join(SOURCE_FORMATS)}")
+        t = self.tiler
+        if t is None or (t.num_envs, t.height, t.width, t.channels) != (n, h, w, c):
+            t = self._configure(n, h, w, c)
+        self._src_format = src_format
+        self._bottom_up = bool(_meta_field(meta, "bottom_up", False))
+        self._images = None
+        assert self._back is not None
+        self._tile(self._back, images)
+        self._back_ready = True
+        self._has_frame = True
+
+    def present(self, meta: FrameMeta | Mapping[str, Any] | Any | None = None) -> None:
+        """Show the grid as last tiled (one ``setImage``) and update the status line from ``meta``.
+
+        Raises
+        ------
+        ImageGridError
+            A status counter in ``meta`` is not a non-negative integer.
+        """
+        if self._back_ready and self._back is not None and self.tiler is not None:
+            self.tiler, self._back = self._back, self.tiler
+            self._back_ready = False
+        self._show()
+        seq = _meta_field(meta, "image_seq", None)
+        frame_seq = _meta_field(meta, "image_frame_seq", None)
+        torn = _meta_field(meta, "torn", None)
+        if seq is not None and frame_seq is not None and torn is not None:
+            self.set_meta(seq, frame_seq, torn)
+
+    def _tile(self, t: Tiler, images: np.ndarray) -> np.ndarray:
+        return t.tile(
+            images,
+            src_format=self._src_format,
+            flip_rows=self._bottom_up != self.flip_check.isChecked(),
+            swap_rb=self.channel_combo.currentIndex() == 1,
+            show_alpha=self.alpha_check.isChecked(),
+        )
+
+    def _show(self) -> None:
+        t = self.tiler
+        if t is None or not self._has_frame:
+            return
+        self.image_item.setImage(t.grid, autoLevels=False)
+        if self._needs_fit:
+            self._needs_fit = False
+            self._place_highlight()
+            self.reset_zoom()
+        if self._single is not None and self._single.isVisible():
+            env = self._selected if self._selected is not None else 0
+            self._single.set_image(env, t.tile_view(env))
+        if self._hover is not None:
+            self._set_hover_text(self.readout_at(*self._hover))
+
+    def _retile(self, *_: object) -> None:
+        """Apply a control change: re-tile the kept batch (if any) and show it."""
+        t = self.tiler
+        if t is None or not self._has_frame:
+            return
+        if self._images is not None:
+            self._tile(t, self._images)
+        self._show()
+
+    def _configure(self, n: int, h: int, w: int, c: int) -> Tiler:
+        wanted = self.columns_spin.value() or None
+        try:
+            tiler = Tiler(n, h, w, c, columns=wanted, gap=self._gap, gap_value=self._gap_value)
+        except TilerError:
+            if wanted is None:
+                raise
+            tiler = Tiler(n, h, w, c, gap=self._gap, gap_value=self._gap_value)
+        self.tiler = tiler
+        self._back = Tiler(n, h, w, c, columns=tiler.columns_setting, gap=self._gap, gap_value=self._gap_value)
+        self._back_ready = False
+        self._sync_columns_spin()
+        self.labels.set_tiler(tiler)
+        self._update_labels()
+        if self._selected is not None and self._selected >= n:
+            self._selected = None
+        self._needs_fit = True
+        self._has_frame = False
+        return tiler
+
+    def _sync_columns_spin(self) -> None:
+        t = self.tiler
+        if t is None:
+            return
+        blocker = QtCore.QSignalBlocker(self.columns_spin)
+        self.columns_spin.setRange(0, t.max_columns())
+        self.columns_spin.setValue(t.columns_setting or 0)
+        del blocker
+
+    def _on_alpha_toggled(self, checked: bool) -> None:
+        try:
+            self._retile()
+        except TilerError as err:  # an RGBA grid over the size limit: stay RGB
+            blocker = QtCore.QSignalBlocker(self.alpha_check)
+            self.alpha_check.setChecked(not checked)
+            del blocker
+            self.status_label.setText(str(err))
+            self._meta = None
+
+    def _on_columns_changed(self, value: int) -> None:
+        t = self.tiler
+        if t is None:
+            return
+        try:
+            t.columns = value or None
+            if self._back is not None:
+                self._back.columns = value or None
+        except TilerError as err:  # over the size limit with the current channels
+            self._sync_columns_spin()
+            self.status_label.setText(str(err))
+            self._meta = None
+            return
+        self.labels.set_tiler(t)
+        self._place_highlight()
+        self._retile()
+        self.reset_zoom()
+        self._update_labels()
+
+    def _update_labels(self, *_: object) -> None:
+        px = self.view_box.viewPixelSize()
+        self.labels.set_view(self.view_box.viewRect(), px[0], px[1])
+
+    # ------------------------------------------------------------ status
+    def set_meta(self, image_seq: int, image_frame_seq: int, torn: int) -> None:
+        """Update the status line: image sequence counters and torn copies skipped.
+
+        Raises
+        ------
+        ImageGridError
+            A value is not a non-negative integer.
+        """
+        counts = (_count("image_seq", image_seq), _count("image_frame_seq", image_frame_seq), _count("torn", torn))
+        t = self.tiler
+        geometry = (t.num_envs, t.width, t.height) if t is not None else ()
+        if counts + geometry == self._meta:
+            return
+        self._meta = counts + geometry
+        text = f"image_seq {counts[0]}  image_frame_seq {counts[1]}  torn copies skipped {counts[2]}"
+        if t is not None:
+            text = f"{t.num_envs} envs {t.width}x{t.height}  {text}"
+        self.status_label.setText(text)
+
+    # ------------------------------------------------------------ view
+    def reset_zoom(self) -> None:
+        """Fit the whole grid in the view."""
+        t = self.tiler
+        if t is None:
+            return
+        self.view_box.setRange(QtCore.QRectF(0, 0, t.grid_width, t.grid_height), padding=0.02)
+
+    def env_at_scene(self, pos: QtCore.QPointF) -> tuple[int, int, int] | None:
+        """``(env, px, py)`` under a scene position, or ``None`` off the tiles."""
+        if self.tiler is None:
+            return None
+        p = self.view_box.mapSceneToView(pos)
+        return self.tiler.env_at(p.x(), p.y())
+
+    def readout_at(self, x: float, y: float) -> str:
+        """Hover readout for grid pixel ``(x, y)``: ``"env 12  x 30 y 41  rgb(255, 0, 0)"``.
+
+        ``x`` and ``y`` in the text are inside the env's tile as displayed;
+        the colour is the displayed pixel (``rgba(...)`` when alpha is shown).
+        Empty off the tiles.
+        """
+        t = self.tiler
+        if t is None or not self._has_frame:
+            return ""
+        hit = t.env_at(x, y)
+        if hit is None:
+            return ""
+        env, px, py = hit
+        x0, y0 = t.tile_origin(env)
+        pixel = t.grid[y0 + py, x0 + px].tolist()
+        kind = "rgba" if len(pixel) == 4 else "rgb"
+        return f"env {env}  x {px} y {py}  {kind}({', '.join(str(v) for v in pixel)})"
+
+    def _set_hover_text(self, text: str) -> None:
+        if text == self._hover_text:
+            return
+        self._hover_text = text
+        self.hover_label.setText(text)
+        self.hover_changed.emit(text)
+
+    def _on_mouse_moved(self, pos: QtCore.QPointF) -> None:
+        if not self.view_box.sceneBoundingRect().contains(pos):
+            self._hover = None
+            self._set_hover_text("")
+            return
+        p = self.view_box.mapSceneToView(pos)
+        self._hover = (p.x(), p.y())
+        self._set_hover_text(self.readout_at(p.x(), p.y()))
+
+    def _on_mouse_clicked(self, event: Any) -> None:
+        if event.button() != Qt.MouseButton.LeftButton:
+            return
+        hit = self.env_at_scene(event.scenePos())
+        if hit is None:
+            return
+        self.select_env(hit[0])
+        if event.double():
+            self.open_single_env_view()
+
+    def eventFilter(self, watched: QtCore.QObject, event: QtCore.QEvent) -> bool:
+        if event.type() == QtCore.QEvent.Type.Leave and watched is self.graphics.viewport():
+            self._hover = None
+            self._set_hover_text("")
+        return super().eventFilter(watched, event)
+
+    # ------------------------------------------------------------ selection
+    @property
+    def selected_env(self) -> int | None:
+        """The selected env, or ``None``."""
+        return self._selected
+
+    def select_env(self, env: int | None) -> None:
+        """Select ``env`` (highlight it, follow it in the 1:1 view) and emit ``env_selected``.
+
+        ``None`` clears the selection.
+
+        Raises
+        ------
+        TilerError
+            ``env`` is out of range, or no images were shown yet.
+        """
+        if env is None:
+            self._selected = None
+            self.highlight.setVisible(False)
+            return
+        if self.tiler is None:
+            raise TilerError("env: no images shown yet")
+        self.tiler.tile_origin(env)  # validates
+        self._selected = int(env)
+        self._place_highlight()
+        if self._single is not None and self._single.isVisible():
+            self._single.set_image(self._selected, self.tiler.tile_view(self._selected))
+        self.env_selected.emit(self._selected)
+
+    def _place_highlight(self) -> None:
+        t, env = self.tiler, self._selected
+        if t is None or env is None:
+            self.highlight.setVisible(False)
+            return
+        x0, y0 = t.tile_origin(env)
+        self.highlight.setRect(QtCore.QRectF(x0, y0, t.width, t.height))
+        self.highlight.setVisible(True)
+
+    # ------------------------------------------------------------ single env view
+    def open_single_env_view(self) -> SingleEnvView:
+        """Show (creating once) the 1:1 view of the selected env (env 0 if none)."""
+        if self._single is None:
+            self._single = SingleEnvView(self)
+        view = self._single
+        t = self.tiler
+        if t is not None and self._has_frame:
+            env = self._selected if self._selected is not None else 0
+            view.set_image(env, t.tile_view(env))
+            view.resize(min(t.width + 16, 1200), min(t.height + 48, 900))
+        view.show()
+        view.raise_()
+        return view
+
+    @property
+    def single_env_view(self) -> SingleEnvView | None:
+        """The 1:1 view, once opened."""
+        return self._single
+
+    # ------------------------------------------------------------ saving
+    def save_grid_png(self, path: str | PathLike[str]) -> None:
+        """Write the grid as shown (after flips, swaps and alpha choice) to a PNG file.
+
+        Raises
+        ------
+        ImageGridError
+            No images shown yet, or the file cannot be written.
+        """
+        if self.tiler is None or not self._has_frame:
+            raise ImageGridError("no images shown yet")
+        _save_png(self.tiler.grid, path)
+
+    def save_env_png(self, env: int, path: str | PathLike[str]) -> None:
+        """Write one env's tile as shown to a PNG file.
+
+        Raises
+        ------
+        TilerError
+            ``env`` is out of range.
+        ImageGridError
+            No images shown yet, or the file cannot be written.
+        """
+        if self.tiler is None or not self._has_frame:
+            raise ImageGridError("no images shown yet")
+        _save_png(self.tiler.tile_view(env), path)

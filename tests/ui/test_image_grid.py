@@ -1,0 +1,351 @@
+"""ImageGridWidget: pixels on screen, selection, hover, controls, PNGs, and a repaint soak."""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import pytest
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from lucky_monitor.core.tiler import FrameMeta, Tiler, TilerError
+from lucky_monitor.ui.image_grid import ImageGridError, ImageGridWidget, array_to_qimage
+
+
+def tile_center_on_viewport(widget: ImageGridWidget, env: int) -> QtCore.QPoint:
+    t = widget.tiler
+    x0, y0 = t.tile_origin(env)
+    scene = widget.view_box.mapViewToScene(QtCore.QPointF(x0 + t.width / 2, y0 + t.height / 2))
+    return widget.graphics.mapFromScene(scene)
+
+
+def settle(widget: ImageGridWidget) -> None:
+    """Let queued layout/index updates run once, then paint the view now."""
+    QtWidgets.QApplication.processEvents()
+    widget.graphics.viewport().repaint()
+
+
+def viewport_rgb(widget: ImageGridWidget, point: QtCore.QPoint) -> tuple[int, int, int]:
+    settle(widget)
+    image = widget.graphics.viewport().grab().toImage()
+    c = image.pixelColor(point)
+    return c.red(), c.green(), c.blue()
+
+
+def qimage_to_array(image: QtGui.QImage) -> np.ndarray:
+    """Pixels of a QImage as (h, w, 3) RGB or (h, w, 4) RGBA uint8 (a copy)."""
+    alpha = image.hasAlphaChannel()
+    fmt = QtGui.QImage.Format.Format_RGBA8888 if alpha else QtGui.QImage.Format.Format_RGB888
+    image = image.convertToFormat(fmt)
+    c = 4 if alpha else 3
+    raw = np.frombuffer(image.constBits(), np.uint8, count=image.bytesPerLine() * image.height())
+    return (
+        raw.reshape(image.height(), image.bytesPerLine())[:, : image.width() * c]
+        .reshape(image.height(), image.width(), c)
+        .copy()
+    )
+
+
+def test_set_frame_is_one_tile_and_one_set_image_wrapping_the_grid(grid_widget, monkeypatch):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (16, 32, 32, 3), dtype=np.uint8)
+    grid_widget.set_frame(images)
+    calls = {"tile": 0, "setImage": 0}
+    tile, set_image = Tiler.tile, grid_widget.image_item.setImage
+
+    def counting_tile(self, *a, **k):
+        calls["tile"] += 1
+        return tile(self, *a, **k)
+
+    def counting_set_image(*a, **k):
+        calls["setImage"] += 1
+        assert k.get("autoLevels") is False
+        return set_image(*a, **k)
+
+    monkeypatch.setattr(Tiler, "tile", counting_tile)  # either buffer of the double-buffered grid
+    monkeypatch.setattr(grid_widget.image_item, "setImage", counting_set_image)
+    for _ in range(5):
+        grid_widget.set_frame(images)
+    assert calls == {"tile": 5, "setImage": 5}
+
+    settle(grid_widget)
+    assert grid_widget.image_item.levels is None and grid_widget.image_item.lut is None
+    qimage = grid_widget.image_item.qimage
+    assert qimage.format() == QtGui.QImage.Format.Format_RGB888
+    # pyqtgraph's pass-through: the displayed QImage is the grid's memory, not a copy.
+    bits = np.frombuffer(qimage.constBits(), np.uint8)
+    assert bits.__array_interface__["data"][0] == grid_widget.tiler.grid.ctypes.data
+
+
+def test_copy_frame_then_present_keeps_no_reference(grid_widget, solid_images, monkeypatch):
+    images = solid_images(6, 10, 12).copy()
+    images.flags.writeable = False  # like a read-only view of the mapping
+    calls = []
+    set_image = grid_widget.image_item.setImage
+    monkeypatch.setattr(grid_widget.image_item, "setImage", lambda *a, **k: (calls.append(1), set_image(*a, **k)))
+    grid_widget.copy_frame(images, FrameMeta(src_format="rgb"))
+    assert calls == []  # copied, not shown yet
+    expected = images[4].copy()
+    ref = weakref.ref(images)
+    del images
+    assert ref() is None, "copy_frame must not keep the source"
+    grid_widget.present(FrameMeta(image_seq=8, image_frame_seq=4, torn=1))
+    assert calls == [1]
+    np.testing.assert_array_equal(grid_widget.tiler.tile_view(4), expected)
+    assert grid_widget.status_label.text().endswith("torn copies skipped 1")
+    assert viewport_rgb(grid_widget, tile_center_on_viewport(grid_widget, 4)) == tuple(solid_images(6, 1, 1)[4, 0, 0])
+
+
+def test_set_frame_shows_each_env_in_its_tile(grid_widget, solid_images):
+    images = solid_images(12, 24, 32)
+    grid_widget.set_frame(images)
+    for env in (0, 5, 11):
+        assert viewport_rgb(grid_widget, tile_center_on_viewport(grid_widget, env)) == tuple(images[env, 0, 0])
+    # BGR source, then the swap control undoes it
+    grid_widget.set_frame(images, FrameMeta(src_format="bgr"))
+    assert viewport_rgb(grid_widget, tile_center_on_viewport(grid_widget, 5)) == tuple(images[5, 0, 0, ::-1])
+    grid_widget.channel_combo.setCurrentIndex(1)
+    assert viewport_rgb(grid_widget, tile_center_on_viewport(grid_widget, 5)) == tuple(images[5, 0, 0])
+
+
+def test_row_zero_is_at_the_top_and_flip_controls_work(grid_widget):
+    images = np.zeros((4, 20, 20, 3), np.uint8)
+    images[:, :10] = (250, 0, 0)  # top half red
+    images[:, 10:] = (0, 0, 250)  # bottom half blue
+    grid_widget.set_frame(images)
+    buffers = {id(grid_widget.tiler), id(grid_widget._back)}
+
+    def colour_at(y):
+        scene = grid_widget.view_box.mapViewToScene(QtCore.QPointF(5.5, y))
+        return viewport_rgb(grid_widget, grid_widget.graphics.mapFromScene(scene))
+
+    assert colour_at(3.5) == (250, 0, 0) and colour_at(16.5) == (0, 0, 250)
+    grid_widget.flip_check.setChecked(True)
+    assert colour_at(3.5) == (0, 0, 250) and colour_at(16.5) == (250, 0, 0)
+    # bottom-up storage flagged by the frame source and the flip toggle cancel out
+    grid_widget.set_frame(images, {"bottom_up": True})
+    assert colour_at(3.5) == (250, 0, 0)
+    assert id(grid_widget.tiler) in buffers  # same shape: no new grid, only the two buffers swap
+
+
+def test_click_selects_the_env_under_the_mouse(grid_widget, solid_images, qtbot):
+    grid_widget.set_frame(solid_images(9, 16, 16))
+    viewport = grid_widget.graphics.viewport()
+    for env in (4, 8, 0):
+        qtbot.wait(300)  # keep consecutive clicks from being taken as a double click
+        with qtbot.waitSignal(grid_widget.env_selected, timeout=2000) as blocker:
+            qtbot.mouseClick(viewport, QtCore.Qt.MouseButton.LeftButton, pos=tile_center_on_viewport(grid_widget, env))
+        assert blocker.args == [env]
+        assert grid_widget.selected_env == env
+        x0, y0 = grid_widget.tiler.tile_origin(env)
+        assert grid_widget.highlight.isVisible()
+        assert grid_widget.highlight.rect() == QtCore.QRectF(x0, y0, 16, 16)
+
+
+def test_scene_mapping_and_gaps(grid_widget, solid_images):
+    grid_widget.set_frame(solid_images(9, 16, 16))
+    vb = grid_widget.view_box
+    hit = grid_widget.env_at_scene(vb.mapViewToScene(QtCore.QPointF(18 + 3.2, 18 + 7.9)))
+    assert hit == (4, 3, 7)
+    assert grid_widget.env_at_scene(vb.mapViewToScene(QtCore.QPointF(16.5, 5))) is None  # gap
+    assert grid_widget.env_at_scene(vb.mapViewToScene(QtCore.QPointF(-3, 5))) is None  # outside
+
+
+def test_hover_readout(grid_widget, solid_images, qtbot):
+    images = solid_images(9, 16, 16)
+    images = images.copy()
+    images[4, 7, 3] = (255, 0, 0)
+    grid_widget.set_frame(images)
+    assert grid_widget.readout_at(18 + 3, 18 + 7) == "env 4  x 3 y 7  rgb(255, 0, 0)"
+    assert grid_widget.readout_at(16.5, 3) == ""
+
+    target = grid_widget.graphics.mapFromScene(grid_widget.view_box.mapViewToScene(QtCore.QPointF(18 + 3.5, 18 + 7.5)))
+    with qtbot.waitSignal(grid_widget.hover_changed, timeout=2000) as blocker:
+        qtbot.mouseMove(grid_widget.graphics.viewport(), target)
+    assert blocker.args == ["env 4  x 3 y 7  rgb(255, 0, 0)"]
+    assert grid_widget.hover_label.text() == "env 4  x 3 y 7  rgb(255, 0, 0)"
+
+    # the readout follows new frames while the mouse rests
+    images[4, 7, 3] = (1, 2, 3)
+    with qtbot.waitSignal(grid_widget.hover_changed, timeout=2000) as blocker:
+        grid_widget.set_frame(images)
+    assert blocker.args == ["env 4  x 3 y 7  rgb(1, 2, 3)"]
+
+    grid_widget.alpha_check.setChecked(True)
+    assert grid_widget.readout_at(18 + 3, 18 + 7) == "env 4  x 3 y 7  rgba(1, 2, 3, 255)"
+
+
+def test_controls_replan_and_reformat(grid_widget, solid_images):
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (10, 6, 8, 4), dtype=np.uint8)
+    grid_widget.set_frame(images, {"src_format": "bgra"})
+    t = grid_widget.tiler
+    assert grid_widget.columns_spin.value() == 0 and grid_widget.columns_spin.text() == "auto"
+    assert grid_widget.columns_spin.maximum() == 10
+
+    grid_widget.columns_spin.setValue(5)
+    assert t.columns == 5 and t.rows == 2
+    assert grid_widget.image_item.image.shape == t.grid.shape == (2 * 8 - 2, 5 * 10 - 2, 3)
+    np.testing.assert_array_equal(t.tile_view(7), images[7, :, :, 2::-1])
+
+    grid_widget.alpha_check.setChecked(True)
+    assert t.grid.shape[2] == 4
+    np.testing.assert_array_equal(t.tile_view(7), images[7][..., [2, 1, 0, 3]])
+    settle(grid_widget)
+    assert grid_widget.image_item.qimage.format() == QtGui.QImage.Format.Format_RGBA8888
+
+    grid_widget.channel_combo.setCurrentIndex(1)
+    np.testing.assert_array_equal(t.tile_view(7), images[7])
+    grid_widget.columns_spin.setValue(0)
+    assert t.columns_setting is None
+
+
+def test_geometry_change_replans_and_clears_a_stale_selection(grid_widget, solid_images):
+    grid_widget.set_frame(solid_images(16, 8, 8))
+    grid_widget.select_env(15)
+    grid_widget.set_frame(solid_images(4, 12, 10))
+    assert (grid_widget.tiler.num_envs, grid_widget.tiler.height, grid_widget.tiler.width) == (4, 12, 10)
+    assert grid_widget.selected_env is None and not grid_widget.highlight.isVisible()
+    with pytest.raises(TilerError):
+        grid_widget.select_env(4)
+    # a bad batch is refused with a typed error and the widget keeps its state
+    for bad in [np.zeros((4, 12, 10, 3), np.float32), [1, 2], np.zeros((4, 12), np.uint8)]:
+        with pytest.raises(TilerError):
+            grid_widget.set_frame(bad)
+    with pytest.raises(TilerError):
+        grid_widget.set_frame(solid_images(4, 12, 10), {"src_format": "yuv"})
+    assert grid_widget.tiler.num_envs == 4
+
+
+def test_bad_construction_is_a_typed_error(qtbot):
+    for kw in [{"gap": -1}, {"gap_value": 300}, {"gap_value": (1, 2)}]:
+        with pytest.raises(TilerError):
+            ImageGridWidget(**kw)
+
+
+def test_status_line(grid_widget, solid_images):
+    grid_widget.set_frame(solid_images(4, 8, 8), FrameMeta(image_seq=10, image_frame_seq=5, torn=2))
+    assert grid_widget.status_label.text().endswith("image_seq 10  image_frame_seq 5  torn copies skipped 2")
+    grid_widget.set_meta(12, 6, 3)
+    assert "image_seq 12  image_frame_seq 6  torn copies skipped 3" in grid_widget.status_label.text()
+    for bad in [(-1, 0, 0), (0, "1", 0), (0, 0, 1.5)]:
+        with pytest.raises(ImageGridError):
+            grid_widget.set_meta(*bad)
+
+
+def test_labels_are_cached_and_capped(grid_widget, solid_images):
+    vp = grid_widget.graphics.viewport()
+    grid_widget.set_frame(solid_images(16, 64, 64))
+    settle(grid_widget)
+    assert grid_widget.labels.last_drawn == 16
+    paints = grid_widget.labels.paints
+    for _ in range(20):
+        grid_widget.set_frame(solid_images(16, 64, 64))
+        vp.repaint()
+    assert grid_widget.labels.paints == paints, "labels must not be repainted for new frames"
+    # 1024 tiny tiles: too small on screen and too many, so no labels
+    grid_widget.set_frame(solid_images(1024, 8, 8))
+    settle(grid_widget)
+    assert grid_widget.labels.last_drawn == 0
+    # zoomed onto a few tiles, their labels come back
+    grid_widget.view_box.setRange(QtCore.QRectF(0, 0, 30, 30), padding=0)
+    settle(grid_widget)
+    assert 0 < grid_widget.labels.last_drawn <= 16
+    grid_widget.reset_zoom()
+    vr = grid_widget.view_box.viewRange()
+    assert vr[0][0] <= 0 and vr[0][1] >= grid_widget.tiler.grid_width
+
+
+def test_save_pngs_round_trip(grid_widget, tmp_path):
+    rng = np.random.default_rng(2)
+    images = rng.integers(0, 256, (5, 7, 9, 3), dtype=np.uint8)
+    with pytest.raises(ImageGridError):
+        grid_widget.save_grid_png(tmp_path / "none.png")
+    grid_widget.set_frame(images, {"src_format": "bgr"})
+    grid_widget.save_grid_png(tmp_path / "grid.png")
+    grid_widget.save_env_png(3, tmp_path / "env3.png")
+    grid = qimage_to_array(QtGui.QImage(str(tmp_path / "grid.png")))
+    np.testing.assert_array_equal(grid, grid_widget.tiler.grid)
+    env3 = qimage_to_array(QtGui.QImage(str(tmp_path / "env3.png")))
+    np.testing.assert_array_equal(env3, images[3, :, :, ::-1])
+
+    grid_widget.alpha_check.setChecked(True)
+    grid_widget.save_env_png(1, tmp_path / "env1.png")
+    env1 = qimage_to_array(QtGui.QImage(str(tmp_path / "env1.png")))
+    assert env1.shape == (7, 9, 4) and (env1[..., 3] == 255).all()
+    np.testing.assert_array_equal(env1[..., :3], images[1, :, :, ::-1])
+
+    with pytest.raises(TilerError):
+        grid_widget.save_env_png(5, tmp_path / "x.png")
+    with pytest.raises(ImageGridError):
+        grid_widget.save_grid_png(tmp_path / "no-such-dir" / "grid.png")
+
+
+def test_array_to_qimage_owns_its_pixels():
+    src = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3)
+    src.flags.writeable = False
+    image = array_to_qimage(src)
+    image.setPixelColor(0, 0, QtGui.QColor(9, 9, 9))  # a non-const call must not touch src
+    assert tuple(src[0, 0]) == (0, 1, 2)
+    np.testing.assert_array_equal(qimage_to_array(image)[1:], src[1:])
+    with pytest.raises(ImageGridError):
+        array_to_qimage(np.zeros((4, 5), np.uint8))
+
+
+def test_single_env_view_follows_selection_and_frames(grid_widget, solid_images):
+    images = solid_images(6, 20, 30).copy()
+    grid_widget.set_frame(images)
+    grid_widget.select_env(2)
+    view = grid_widget.open_single_env_view()
+    assert view.isVisible() and view.env == 2
+    np.testing.assert_array_equal(view.image_item.image, images[2])
+    images[2] = 7
+    grid_widget.set_frame(images)
+    np.testing.assert_array_equal(view.image_item.image, images[2])
+    grid_widget.select_env(4)
+    assert view.env == 4 and view.title.text().startswith("env 4")
+    np.testing.assert_array_equal(view.image_item.image, images[4])
+    # 1:1: the view range spans as many image pixels as the view has device pixels
+    view.set_native_scale()
+    (x0, x1), _ = view.view_box.viewRange()
+    assert x1 - x0 == pytest.approx(view.view_box.width() * view.devicePixelRatioF(), rel=1e-6)
+
+
+def test_repaint_soak(qtbot, solid_images):
+    """20,000 setImage + repaint cycles: PySide6 6.12.0 dies here with none_dealloc."""
+    widget = ImageGridWidget()
+    qtbot.addWidget(widget)
+    widget.resize(220, 180)
+    widget.show()
+    qtbot.waitExposed(widget)
+    frames = [solid_images(4, 8, 8), solid_images(4, 8, 8)[::-1].copy()]
+    viewport = widget.graphics.viewport()
+    widget.set_frame(frames[1])
+    settle(widget)
+    renders = 0
+    last = widget.image_item.qimage
+    for i in range(20_000):
+        widget.set_frame(frames[i & 1])
+        viewport.repaint()
+        if i % 500 == 0:
+            QtWidgets.QApplication.processEvents()
+        if widget.image_item.qimage is not last:
+            renders += 1
+            last = widget.image_item.qimage
+    assert renders == 20_000
+    np.testing.assert_array_equal(widget.tiler.tile_view(0), frames[1][0])
+
+
+def test_torn_copy_never_reaches_the_screen(grid_widget):
+    """copy_frame fills the back grid; only present() shows it, so a torn copy stays invisible."""
+    good = np.full((4, 8, 8, 3), 200, np.uint8)
+    torn = np.zeros((4, 8, 8, 3), np.uint8)
+    grid_widget.set_frame(good)
+    shown = grid_widget.image_item.image
+    grid_widget.copy_frame(torn)  # the seqlock said: torn, so present() is never called
+    assert grid_widget.image_item.image is shown
+    x0, y0 = grid_widget.tiler.tile_origin(1)
+    assert (grid_widget.tiler.grid[y0 : y0 + 8, x0 : x0 + 8] == 200).all()
+    grid_widget.copy_frame(good)
+    grid_widget.present()
+    assert (grid_widget.tiler.grid[y0 : y0 + 8, x0 : x0 + 8] == 200).all()
