@@ -1,0 +1,406 @@
+"""PlotsPanel: curves and raster equal the history's data, samples label, pause, exports."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import csv
+
+import numpy as np
+import pytest
+from PySide6 import QtGui, QtWidgets
+
+from lucky_monitor.core.history import History, HistoryError
+from lucky_monitor.ui.plots import (
+    SELECTED_COLOURS,
+    BandFill,
+    ExportError,
+    PlotsPanel,
+    RasterDisplay,
+    bin_starts,
+    reduce_bins,
+)
+
+
+def feed(history: History, count: int, *, start_seq: int = 1, start_t: float = 0.0, gap: int = 0, seed: int = 0):
+    """Append ``count`` synthetic frames, 1/60 s apart, ``gap`` frames skipped between them."""
+    n = history.num_envs
+    rng = np.random.default_rng(seed)
+    seq = start_seq
+    for k in range(count):
+        rewards = (rng.standard_normal(n) + np.arange(n) * 0.1).astype(np.float32)
+        dones = (rng.random(n) < 0.3).astype(np.uint8)
+        truncs = (rng.random(n) < 0.1).astype(np.uint8)
+        history.append(seq, start_t + k / 60, rewards, dones, truncs)
+        seq += 1 + gap
+    return seq
+
+
+@pytest.fixture
+def panel(qtbot):
+    history = History(16, capacity=2000, raster_capacity=120)
+    widget = PlotsPanel(history)
+    qtbot.addWidget(widget)
+    widget.resize(900, 700)
+    return widget
+
+
+def curve_xy(item) -> tuple[np.ndarray, np.ndarray]:
+    x, y = item.getData()
+    if x is None:
+        return np.empty(0), np.empty(0)
+    return np.asarray(x), np.asarray(y)
+
+
+def test_curves_equal_the_history(panel: PlotsPanel) -> None:
+    history = panel.history
+    history.set_selected([3, 11])
+    feed(history, 300)
+    assert panel.update_view()
+    view = history.window(panel.window_seconds, raster=False)
+    x, y = curve_xy(panel.mean_curve)
+    np.testing.assert_array_equal(x, view.frame_seq.astype(np.float64))
+    np.testing.assert_array_equal(y, view.mean)
+    np.testing.assert_array_equal(curve_xy(panel.band_low)[1], view.p10)
+    np.testing.assert_array_equal(curve_xy(panel.band_high)[1], view.p90)
+    np.testing.assert_array_equal(curve_xy(panel.dones_curve)[1], view.done_count)
+    np.testing.assert_array_equal(curve_xy(panel.truncs_curve)[1], view.trunc_count)
+    np.testing.assert_array_equal(curve_xy(panel.dones_curve)[0], view.frame_seq.astype(np.float64))
+
+    panel.set_band_mode("minmax")
+    assert panel.band_mode == "minmax"
+    assert panel.update_view()
+    np.testing.assert_array_equal(curve_xy(panel.band_low)[1], view.min)
+    np.testing.assert_array_equal(curve_xy(panel.band_high)[1], view.max)
+    assert panel.legend.getLabel(panel.band_high).text == "min–max"
+    assert not panel.band_fill.path().isEmpty()
+
+
+def test_selected_envs_are_overlaid_with_a_legend(panel: PlotsPanel) -> None:
+    history = panel.history
+    feed(history, 100)
+    history.set_selected([5, 0, 9])
+    panel.update_view()
+    view = history.window(panel.window_seconds, raster=False)
+    labels = [label.text for _, label in panel.legend.items]
+    assert {"env 5", "env 0", "env 9", "mean"} <= set(labels)
+    colours = set()
+    for env in (5, 0, 9):
+        curve = panel._selected_curves[env]
+        np.testing.assert_array_equal(curve_xy(curve)[1], view.selected[env])
+        colours.add(curve.opts["pen"].color().name())
+    assert colours == {c.lower() for c in SELECTED_COLOURS[:3]}
+    history.set_selected([9])
+    panel.update_view()
+    assert list(panel._selected_curves) == [9]
+    labels = [label.text for _, label in panel.legend.items]
+    assert "env 5" not in labels and "env 9" in labels
+    assert len(panel.reward_plot.listDataItems()) == 4  # band edges, mean, one env
+
+
+def test_window_choice_limits_the_curves(panel: PlotsPanel) -> None:
+    feed(panel.history, 1500)  # 25 s at 60 Hz
+    panel.set_window_seconds(10.0)
+    panel.update_view()
+    x, _ = curve_xy(panel.mean_curve)
+    np.testing.assert_array_equal(x, panel.history.window(10.0).frame_seq)
+    assert 599 <= x[-1] - x[0] <= 600
+    panel.set_window_seconds(600.0)
+    panel.update_view()
+    starts = bin_starts(1500, max(int(panel.reward_plot.getViewBox().width()), 1000))
+    assert curve_xy(panel.mean_curve)[0].shape[0] == (1500 if starts is None else starts.shape[0])
+    assert curve_xy(panel.mean_curve)[0][0] < 5  # reaches back to the first frame
+    with pytest.raises(ValueError):
+        panel.set_window_seconds(42.0)
+    with pytest.raises(ValueError):
+        panel.set_band_mode("median")
+
+
+def test_raster_image_equals_the_history_raster(panel: PlotsPanel) -> None:
+    history = panel.history
+    feed(history, 200, start_seq=50)
+    panel.update_view()
+    view = history.window(panel.window_seconds)
+    image = panel.raster_image.image
+    assert image.shape == (120, 16) == view.raster.shape
+    np.testing.assert_array_equal(image, view.raster)
+    rect = panel.raster_image.mapRectToParent(panel.raster_image.boundingRect())
+    assert rect.left() == pytest.approx(view.raster_frame_seq[0] - 0.5)
+    assert rect.right() == pytest.approx(view.raster_frame_seq[-1] + 0.5)
+    assert rect.height() == pytest.approx(16)
+    low, high = panel.colorbar.levels()
+    assert low == pytest.approx(float(view.raster.min())) and high == pytest.approx(float(view.raster.max()))
+
+
+def test_raster_is_binned_to_pixels_at_4096_envs(qtbot) -> None:
+    n = 4096
+    history = History(n, capacity=400, raster_capacity=60)
+    panel = PlotsPanel(history)
+    qtbot.addWidget(panel)
+    panel.resize(900, 700)
+    history.set_selected(range(8))
+    feed(history, 100)
+    panel.update_view()
+    bins_wanted = max(int(panel.raster_plot.getViewBox().height()), 64)
+    image = panel.raster_image.image
+    group = -(-n // bins_wanted)
+    assert image.shape == (60, -(-n // group))
+    assert image.shape[1] <= bins_wanted < n
+    raster = history.window(None).raster
+    expected = np.add.reduceat(raster.astype(np.float64), np.arange(0, n, group), axis=1)
+    expected /= np.diff(np.append(np.arange(0, n, group), n))
+    np.testing.assert_allclose(image, expected, rtol=1e-5, atol=1e-5)
+    # Statistics, never one item per env.
+    assert len(panel.reward_plot.listDataItems()) == 3 + 8
+    assert len(panel.counts_plot.listDataItems()) == 2
+
+    # Incremental update: new rows are reduced and appended, older ones kept.
+    feed(history, 5, start_seq=1000, start_t=10.0, seed=1)
+    panel.update_view()
+    raster = history.window(None).raster
+    expected = np.add.reduceat(raster.astype(np.float64), np.arange(0, n, group), axis=1)
+    expected /= np.diff(np.append(np.arange(0, n, group), n))
+    np.testing.assert_allclose(panel.raster_image.image, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_raster_is_not_uploaded_again_when_nothing_changed(panel: PlotsPanel, monkeypatch) -> None:
+    feed(panel.history, 50)
+    panel.update_view()
+    uploads = []
+    original = panel.raster_image.setImage
+
+    def counting(image=None, *args, **kwargs):
+        if image is not None:  # pyqtgraph re-renders through setImage(None) on level changes
+            uploads.append(image.shape)
+        return original(image, *args, **kwargs)
+
+    monkeypatch.setattr(panel.raster_image, "setImage", counting)
+    assert not panel.update_view()  # nothing new at all
+    panel.history.set_selected([2])  # curves change, raster does not
+    assert panel.update_view()
+    assert uploads == []
+    feed(panel.history, 1, start_seq=500, start_t=5.0)
+    assert panel.update_view()
+    assert uploads == [(51, 16)]
+
+
+def test_curves_are_reduced_to_the_plot_width(qtbot) -> None:
+    history = History(8, capacity=5000, raster_capacity=10)
+    panel = PlotsPanel(history, min_points=50)
+    qtbot.addWidget(panel)
+    panel.set_window_seconds(600.0)
+    feed(history, 3000)
+    history.set_selected([1])
+    panel.update_view()
+    view = history.window(600.0, raster=False)
+    target = max(int(panel.reward_plot.getViewBox().width()), 50)
+    starts = bin_starts(3000, target)
+    assert starts is not None
+    x, mean = curve_xy(panel.mean_curve)
+    assert x.shape[0] == starts.shape[0] <= target
+    ends = np.append(starts[1:], 3000)
+    for b, (a, e) in enumerate(zip(starts, ends, strict=True)):
+        assert mean[b] == pytest.approx(view.mean[a:e].mean())
+        assert curve_xy(panel.band_low)[1][b] == view.p10[a:e].min()
+        assert curve_xy(panel.band_high)[1][b] == view.p90[a:e].max()
+        assert curve_xy(panel.dones_curve)[1][b] == view.done_count[a:e].max()
+        assert x[b] == pytest.approx(view.frame_seq[a:e].mean())
+    assert curve_xy(panel._selected_curves[1])[0].shape == x.shape
+
+
+def test_zoomed_view_reduces_only_the_visible_span(qtbot) -> None:
+    history = History(4, capacity=5000, raster_capacity=10)
+    panel = PlotsPanel(history, min_points=100)
+    qtbot.addWidget(panel)
+    panel.set_window_seconds(600.0)
+    feed(history, 3000)
+    panel.update_view()
+    panel.reward_plot.setXRange(1000, 1050, padding=0)  # user zoom: autorange off
+    assert panel.update_view()
+    x, y = curve_xy(panel.mean_curve)
+    assert x[0] <= 1000 and x[-1] >= 1050 and x.shape[0] <= 60
+    np.testing.assert_array_equal(y, history.window(600.0).mean[x.astype(int) - 1])
+
+
+def test_samples_label_only_when_frames_are_skipped(panel: PlotsPanel) -> None:
+    history = panel.history
+    seq = feed(history, 30)
+    panel.update_view()
+    assert panel.samples_label.isHidden()
+    seq = feed(history, 10, start_seq=seq, start_t=1.0, gap=3)
+    panel.update_view()
+    assert not panel.samples_label.isHidden()
+    assert history.sampled
+    text = panel.samples_label.text()
+    assert "values are samples" in text and f"({history.skipped_total} frames skipped)" in text
+    feed(history, 200, start_seq=seq + 10, start_t=2.0)
+    panel.update_view()
+    assert not history.sampled and panel.samples_label.isHidden()
+
+
+def test_pause_freezes_the_display_while_history_records(panel: PlotsPanel) -> None:
+    history = panel.history
+    seq = feed(history, 40)
+    panel.update_view()
+    frozen_x, frozen_y = curve_xy(panel.mean_curve)
+    frozen_image = panel.raster_image.image.copy()
+    panel.pause_button.click()
+    assert panel.paused and panel.pause_button.text() == "Resume"
+    feed(history, 25, start_seq=seq, start_t=1.0, seed=5)
+    assert not panel.update_view()
+    x, y = curve_xy(panel.mean_curve)
+    np.testing.assert_array_equal(x, frozen_x)
+    np.testing.assert_array_equal(y, frozen_y)
+    np.testing.assert_array_equal(panel.raster_image.image, frozen_image)
+    assert history.frames_seen == 65
+    panel.set_paused(False)  # resuming redraws at once
+    assert not panel.paused and not panel.pause_button.isChecked()
+    assert curve_xy(panel.mean_curve)[0].shape[0] == 65
+
+
+def test_update_view_redraws_only_on_change(panel: PlotsPanel) -> None:
+    assert panel.update_view()  # first draw (empty)
+    assert not panel.update_view()
+    feed(panel.history, 3)
+    assert panel.update_view()
+    assert panel.last_update_seconds > 0
+    assert not panel.update_view()
+
+
+def test_empty_and_cleared_history(panel: PlotsPanel) -> None:
+    panel.update_view()
+    assert curve_xy(panel.mean_curve)[0].shape[0] == 0
+    assert panel.raster_image.image is None
+    feed(panel.history, 20)
+    panel.update_view()
+    panel.history.clear()
+    panel.update_view()
+    assert curve_xy(panel.mean_curve)[0].shape[0] == 0
+    assert panel.raster_image.image is None
+    feed(panel.history, 5)
+    panel.update_view()
+    assert panel.raster_image.image.shape == (5, 16)
+
+
+def test_set_history_switches_sessions(panel: PlotsPanel) -> None:
+    feed(panel.history, 10)
+    panel.update_view()
+    other = History(3, capacity=50, raster_capacity=50)
+    feed(other, 7)
+    panel.set_history(other)
+    panel.update_view()
+    assert panel.raster_image.image.shape == (7, 3)
+    np.testing.assert_array_equal(curve_xy(panel.mean_curve)[1], other.window(None).mean)
+
+
+def test_export_png_writes_an_image(panel: PlotsPanel, tmp_path) -> None:
+    panel.history.set_selected([1])
+    feed(panel.history, 120)
+    panel.update_view()
+    path = tmp_path / "plots.png"
+    panel.export_png(path)
+    assert path.stat().st_size > 0
+    image = QtGui.QImage(str(path))
+    assert not image.isNull() and image.width() > 100 and image.height() > 100
+    with pytest.raises(ExportError):
+        panel.export_png(tmp_path / "no-such-dir" / "plots.png")
+
+
+def test_export_csv_writes_the_shown_window(panel: PlotsPanel, tmp_path) -> None:
+    panel.history.set_selected([2])
+    feed(panel.history, 1200)  # 20 s
+    panel.set_window_seconds(10.0)
+    path = tmp_path / "plots.csv"
+    rows = panel.export_csv(path)
+    with open(path, newline="", encoding="utf-8") as handle:
+        table = list(csv.reader(handle))
+    assert table[0][-1] == "env_2"
+    assert len(table) - 1 == rows == len(panel.history.window(10.0))
+    assert [int(r[0]) for r in table[1:]] == panel.history.window(10.0).frame_seq.tolist()
+    with pytest.raises(HistoryError):
+        panel.export_csv(tmp_path / "no-such-dir" / "x.csv")
+
+
+def test_export_buttons_use_a_file_dialog(panel: PlotsPanel, tmp_path, monkeypatch) -> None:
+    feed(panel.history, 30)
+    panel.update_view()
+    answers = iter(
+        [
+            (str(tmp_path / "a.csv"), ""),
+            (str(tmp_path / "a.png"), ""),
+            ("", ""),  # cancelled
+            (str(tmp_path / "missing" / "b.csv"), ""),
+        ]
+    )
+    monkeypatch.setattr(QtWidgets.QFileDialog, "getSaveFileName", lambda *a, **k: next(answers))
+    panel.csv_button.click()
+    assert (tmp_path / "a.csv").stat().st_size > 0
+    assert "wrote 30 rows" in panel.status_label.text()
+    panel.png_button.click()
+    assert not QtGui.QImage(str(tmp_path / "a.png")).isNull()
+    panel.csv_button.click()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "a.png"]
+    panel.csv_button.click()
+    assert "cannot write CSV" in panel.status_label.text()
+
+
+def test_dragging_the_colour_bar_turns_auto_levels_off(panel: PlotsPanel) -> None:
+    feed(panel.history, 30)
+    panel.update_view()
+    panel.colorbar.sigLevelsChangeFinished.emit(panel.colorbar)
+    assert not panel.auto_levels_box.isChecked()
+    panel.colorbar.setLevels((-100.0, 100.0))
+    feed(panel.history, 1, start_seq=100, start_t=2.0)
+    panel.update_view()
+    assert panel.colorbar.levels() == (-100.0, 100.0)
+    panel.auto_levels_box.setChecked(True)
+    panel.update_view()
+    assert panel.colorbar.levels() != (-100.0, 100.0)
+
+
+def test_band_fill_follows_finite_runs(qtbot) -> None:
+    low = pytest.importorskip("pyqtgraph").PlotDataItem()
+    high = type(low)()
+    fill = BandFill(low, high)
+    x = np.arange(10.0)
+    low.setData(x, np.where(x == 4, np.nan, 0.0))
+    high.setData(x, np.ones(10))
+    fill.updatePath()
+    polygons = fill.path().toSubpathPolygons()
+    assert len(polygons) == 2
+    bounds = fill.path().boundingRect()
+    assert (bounds.left(), bounds.right(), bounds.top(), bounds.bottom()) == (0.0, 9.0, 0.0, 1.0)
+    low.setData(x, np.full(10, np.nan))
+    fill.updatePath()
+    assert fill.path().isEmpty()
+
+
+def test_binning_helpers() -> None:
+    assert bin_starts(10, 10) is None
+    assert bin_starts(11, 10).tolist() == [0, 2, 4, 6, 8, 10]
+    values = np.arange(11.0)
+    starts = bin_starts(11, 10)
+    assert reduce_bins(values, starts, "mean").tolist() == [0.5, 2.5, 4.5, 6.5, 8.5, 10.0]
+    assert reduce_bins(values, starts, "min").tolist() == [0, 2, 4, 6, 8, 10]
+    assert reduce_bins(values, starts, "max").tolist() == [1, 3, 5, 7, 9, 10]
+    assert reduce_bins(values, None, "max") is values
+    with pytest.raises(ValueError):
+        reduce_bins(values, starts, "median")
+
+
+def test_raster_display_tracks_appends_and_wraps() -> None:
+    history = History(6, capacity=100, raster_capacity=4)
+    display = RasterDisplay()
+    assert display.sync(history, 3)  # new binning: 2 envs per row
+    assert display.group == 2 and display.bins == 3
+    for k in range(7):
+        history.append(k + 1, float(k), np.arange(6, dtype=np.float32) + 10 * k, np.zeros(6, np.uint8))
+        assert display.sync(history, 3)
+        assert not display.sync(history, 3)
+    image, seq = display.image(None)
+    assert seq.tolist() == [4, 5, 6, 7]
+    np.testing.assert_array_equal(image[-1], [60.5, 62.5, 64.5])
+    image, seq = display.image(1.0)
+    assert seq.tolist() == [6, 7]
