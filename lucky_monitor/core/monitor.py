@@ -1,0 +1,419 @@
+"""The monitor's Qt-free heart: attach, poll, classify the link, copy new frames.
+
+``MonitorCore.poll()`` is called at 60 Hz by the window (or by a test, or by a
+headless loop). Each call does a bounded amount of work: a handful of counter
+loads, at most one guarded copy of the hot arrays and at most one guarded copy
+of the image region, into buffers allocated once per attach. It never writes a
+byte of the segment.
+
+Link states (``LinkState``) are what a researcher needs to read at a glance:
+whether there is a segment at all, whether the engine lives, whether a trainer
+drives it in lock-step and whose turn is holding things up.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..protocol.errors import LuckyMonitorError
+from ..protocol.header import Header
+from ..protocol.seqlock import hot_read, seqlock_read
+from ..transport.discovery import newest_live, pid_alive
+from ..transport.shm import Segment
+
+
+class LinkState(enum.Enum):
+    """Connection states, with the words the UI shows for them."""
+
+    SEARCHING = "searching"
+    INCOMPATIBLE = "incompatible"
+    INITIALISING = "engine initialising"
+    CONNECTED = "connected"
+    WAITING_FOR_TRAINER = "waiting for trainer"
+    ENGINE_STEPPING = "engine stepping"
+    FREE_RUNNING = "free-running"
+    PAUSED = "engine paused"
+    STALLED = "stalled"
+    VIOLATION = "lock-step violation"
+    TRAINER_LOST = "trainer exited"
+    CLOSING = "engine closing"
+    ENGINE_EXITED = "engine exited"
+
+    @property
+    def healthy(self) -> bool:
+        return self in (LinkState.CONNECTED, LinkState.FREE_RUNNING, LinkState.ENGINE_STEPPING,
+                        LinkState.WAITING_FOR_TRAINER)
+
+
+@dataclass(frozen=True)
+class Status:
+    """What the status bar says right now."""
+
+    state: LinkState
+    text: str
+    name: str | None = None
+    reason: str | None = None
+    notice: str | None = None  # transient: "segment recreated → reattached"
+
+
+@dataclass
+class Frame:
+    """A new frame seen by :meth:`MonitorCore.poll`.
+
+    The arrays are the core's own buffers, reused by the next poll: consume
+    or copy them before polling again.
+    """
+
+    frame_seq: int
+    action_seq: int
+    t: float
+    rewards: np.ndarray
+    dones: np.ndarray
+    truncateds: np.ndarray | None
+    hot_ok: bool
+    frames_skipped: int
+    image_updated: bool = False
+    image_seq: int = 0
+    image_frame_seq: int = 0
+
+
+@dataclass
+class Rates:
+    """Rates over the last second and the lock-step turn split of the polls."""
+
+    frames_per_s: float = 0.0
+    images_per_s: float = 0.0
+    polls_engine_turn: int = 0
+    polls_trainer_turn: int = 0
+    polls_free_run: int = 0
+
+    @property
+    def engine_share(self) -> float | None:
+        n = self.polls_engine_turn + self.polls_trainer_turn
+        return self.polls_engine_turn / n if n else None
+
+
+@dataclass
+class Counters:
+    torn_images: int = 0
+    torn_hot: int = 0
+    images_copied: int = 0
+    frames_seen: int = 0
+    frames_skipped: int = 0
+    reattached: int = 0
+
+
+ImageSink = Callable[[np.ndarray], object]
+
+
+@dataclass
+class _Attached:
+    seg: Segment
+    header: Header
+    rewards: np.ndarray
+    dones: np.ndarray
+    truncateds: np.ndarray | None
+    last_frame: int = -1
+    last_image_seq: int = -1
+    last_heartbeat: int = -1
+    heartbeat_changed_at: float = 0.0
+    frame_changed_at: float = 0.0
+    server_alive: bool = True
+    client_alive: bool = True
+    pids_checked_at: float = -1e9
+    samples: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
+    turns: collections.deque = field(default_factory=lambda: collections.deque(maxlen=120))
+
+
+class MonitorCore:
+    """Attach to a segment (by name, or the newest live one) and follow it.
+
+    Parameters
+    ----------
+    name
+        Segment name. ``None`` follows the newest live ``prefix*`` segment.
+    image_sink
+        Called under the image seqlock with the read-only ``(n, h, w, c)``
+        view; must copy it into a buffer the caller owns (the UI's tiler).
+        ``None`` copies into :attr:`images`.
+    stall_after
+        Seconds without a heartbeat change (or a frame, with a trainer
+        attached) before the link is reported stalled.
+    clock
+        Monotonic seconds; injectable for tests.
+    """
+
+    RETRY_S = 0.5
+    PID_CHECK_S = 0.5
+    NOTICE_S = 5.0
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        prefix: str = "LuckyEngine_",
+        image_sink: ImageSink | None = None,
+        stall_after: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.prefix = prefix
+        self.image_sink = image_sink
+        self.stall_after = stall_after
+        self.clock = clock
+        self.counters = Counters()
+        self.rates = Rates()
+        self.images: np.ndarray | None = None
+        self.generation = 0  # bumps on every attach: geometry may have changed
+        self._att: _Attached | None = None
+        self._status = Status(LinkState.SEARCHING, self._searching_text(), name)
+        self._next_try = 0.0
+        self._notice: tuple[str, float] | None = None
+        self._last_session: tuple[str, int] | None = None
+
+    # ------------------------------------------------------------ accessors
+    @property
+    def status(self) -> Status:
+        return self._status
+
+    @property
+    def segment(self) -> Segment | None:
+        return self._att.seg if self._att else None
+
+    @property
+    def header(self) -> Header | None:
+        return self._att.header if self._att else None
+
+    def live(self):
+        """Live header fields of the attached segment, or ``None``."""
+        return self._att.seg.live() if self._att else None
+
+    def switch(self, name: str | None) -> None:
+        """Follow another segment (``None``: the newest live one)."""
+        self._detach()
+        self.name = name
+        self._last_session = None
+        self._next_try = 0.0
+        self._set(LinkState.SEARCHING, self._searching_text())
+
+    def close(self) -> None:
+        self._detach()
+
+    # ----------------------------------------------------------------- poll
+    def poll(self) -> Frame | None:
+        """Do one 60 Hz step; return a :class:`Frame` when a new frame arrived."""
+        now = self.clock()
+        if self._att is None:
+            if now < self._next_try:
+                self._refresh_notice(now)
+                return None
+            self._next_try = now + self.RETRY_S
+            if not self._try_attach(now):
+                return None
+        try:
+            return self._poll_attached(now)
+        except (LuckyMonitorError, OSError, ValueError) as exc:  # segment vanished under us
+            self._lost(f"segment lost: {exc}", now)
+            return None
+
+    # ------------------------------------------------------------ internals
+    def _searching_text(self) -> str:
+        return f"searching for {self.name}" if self.name else f"searching for {self.prefix}* segments"
+
+    def _set(self, state: LinkState, text: str, reason: str | None = None) -> None:
+        notice = self._notice[0] if self._notice else None
+        self._status = Status(state, text, self.name or (self._att.seg.name if self._att else None), reason, notice)
+
+    def _refresh_notice(self, now: float) -> None:
+        if self._notice and now - self._notice[1] > self.NOTICE_S:
+            self._notice = None
+            self._set(self._status.state, self._status.text, self._status.reason)
+
+    def _try_attach(self, now: float) -> bool:
+        name = self.name
+        if name is None:
+            info = newest_live(self.prefix)
+            if info is None:
+                self._set(LinkState.SEARCHING, self._searching_text())
+                return False
+            name = info.name
+        try:
+            seg = Segment.attach(name)
+        except LuckyMonitorError as exc:
+            from ..protocol.errors import HeaderError
+
+            if isinstance(exc, HeaderError):
+                self._set(LinkState.INCOMPATIBLE, f"{name}: incompatible", str(exc))
+            else:
+                self._set(LinkState.SEARCHING, self._searching_text(), str(exc))
+            return False
+        h = seg.header
+        if self.name is None and not pid_alive(h.server_pid):
+            seg.close()
+            self._set(LinkState.SEARCHING, self._searching_text())
+            return False
+        key = (seg.name, h.session_id)
+        if self._last_session is not None and self._last_session[0] == seg.name and self._last_session != key:
+            self.counters.reattached += 1
+            self._notice = (f"segment recreated → reattached (session {h.session_id:x})", now)
+        self._last_session = key
+        n = h.num_envs
+        self._att = _Attached(
+            seg=seg,
+            header=h,
+            rewards=np.zeros(n, np.float32),
+            dones=np.zeros(n, np.uint8),
+            truncateds=np.zeros(n, np.uint8) if seg.truncateds is not None else None,
+            heartbeat_changed_at=now,
+            frame_changed_at=now,
+        )
+        if seg.images is not None and self.image_sink is None:
+            self.images = np.zeros(seg.images.shape, np.uint8)
+        else:
+            self.images = None
+        self.generation += 1
+        self.rates = Rates()
+        self._set(LinkState.CONNECTED, f"attached to {seg.name}")
+        return True
+
+    def _detach(self) -> None:
+        if self._att is not None:
+            self._att.seg.close()
+            self._att = None
+
+    def _lost(self, reason: str, now: float) -> None:
+        self._detach()
+        self._next_try = now  # look for a successor at once
+        self._set(LinkState.ENGINE_EXITED, "engine exited", reason)
+
+    def _copy_images(self, src: np.ndarray) -> None:
+        assert self.images is not None
+        np.copyto(self.images, src)
+
+    def _poll_attached(self, now: float) -> Frame | None:
+        att = self._att
+        assert att is not None
+        seg = att.seg
+        reason = seg.still_valid()
+        if reason is not None:
+            self._lost(reason, now)
+            return None
+        h = att.header
+        counter = seg.counter
+        if now - att.pids_checked_at >= self.PID_CHECK_S:
+            att.pids_checked_at = now
+            att.server_alive = pid_alive(h.server_pid)
+            cpid = counter("client_pid")
+            att.client_alive = cpid == 0 or pid_alive(cpid)
+        if not att.server_alive:
+            self._lost(f"engine pid {h.server_pid} is gone", now)
+            return None
+
+        frame_seq = counter("frame_seq")
+        action_seq = counter("action_seq")
+        client_pid = counter("client_pid")
+        engine_state = counter("engine_state")
+        heartbeat = counter("heartbeat_ns")
+        if heartbeat != att.last_heartbeat:
+            att.last_heartbeat = heartbeat
+            att.heartbeat_changed_at = now
+        free_run = client_pid == 0
+        gap = frame_seq - action_seq
+        if free_run:
+            self.rates.polls_free_run += 1
+        elif gap in (0, 1):
+            att.turns.append(gap)
+            eng = sum(1 for g in att.turns if g == 0)
+            self.rates.polls_engine_turn = eng
+            self.rates.polls_trainer_turn = len(att.turns) - eng
+
+        out: Frame | None = None
+        if frame_seq != att.last_frame and frame_seq > 0:
+            skipped = max(0, frame_seq - att.last_frame - 1) if att.last_frame > 0 else 0
+            att.last_frame = frame_seq
+            att.frame_changed_at = now
+            res = hot_read(
+                lambda: counter("frame_seq"),
+                lambda: counter("action_seq"),
+                lambda: self._copy_hot(att),
+                free_run=free_run,
+            )
+            self.counters.torn_hot += res.torn
+            self.counters.frames_seen += 1
+            self.counters.frames_skipped += skipped
+            out = Frame(res.frame_seq, res.action_seq, now, att.rewards, att.dones, att.truncateds, res.ok, skipped)
+
+        image_seq = counter("image_seq")
+        if seg.images is not None and image_seq != att.last_image_seq:
+            sink = self.image_sink or self._copy_images
+            images = seg.images
+            r = seqlock_read(lambda: counter("image_seq"), lambda: sink(images))
+            self.counters.torn_images += r.torn
+            if r.ok:
+                att.last_image_seq = r.seq
+                self.counters.images_copied += 1
+                if out is None:
+                    out = Frame(frame_seq, action_seq, now, att.rewards, att.dones, att.truncateds, True, 0)
+                out.image_updated = True
+                out.image_seq = r.seq
+                out.image_frame_seq = counter("image_frame_seq")
+
+        att.samples.append((now, frame_seq, image_seq // 2))
+        self._update_rates(att, now)
+        self._classify(att, now, frame_seq, action_seq, client_pid, engine_state)
+        self._refresh_notice(now)
+        return out
+
+    @staticmethod
+    def _copy_hot(att: _Attached) -> None:
+        seg = att.seg
+        np.copyto(att.rewards, seg.rewards)
+        np.copyto(att.dones, seg.dones, casting="unsafe")
+        if att.truncateds is not None and seg.truncateds is not None:
+            np.copyto(att.truncateds, seg.truncateds, casting="unsafe")
+
+    def _update_rates(self, att: _Attached, now: float) -> None:
+        samples = att.samples
+        while len(samples) > 2 and now - samples[0][0] > 1.0:
+            samples.popleft()
+        t0, f0, i0 = samples[0]
+        dt = now - t0
+        if dt > 0.2:
+            self.rates.frames_per_s = (samples[-1][1] - f0) / dt
+            self.rates.images_per_s = (samples[-1][2] - i0) / dt
+
+    def _classify(self, att: _Attached, now: float, frame_seq: int, action_seq: int, client_pid: int,
+                  engine_state: int) -> None:
+        hb_age = now - att.heartbeat_changed_at
+        idle = now - att.frame_changed_at
+        if engine_state == 3:
+            self._set(LinkState.CLOSING, "engine closing")
+        elif hb_age > self.stall_after:
+            self._set(LinkState.STALLED, f"stalled for {hb_age:.0f} s", "no heartbeat from the engine")
+        elif engine_state == 0:
+            self._set(LinkState.INITIALISING, "engine initialising")
+        elif engine_state == 2:
+            self._set(LinkState.PAUSED, "engine paused (not playing)")
+        elif client_pid == 0:
+            text = "free-running, no trainer" if idle < self.stall_after else f"free-running, no frame for {idle:.0f} s"
+            self._set(LinkState.FREE_RUNNING, text)
+        elif not att.client_alive:
+            self._set(LinkState.TRAINER_LOST, f"trainer pid {client_pid} exited")
+        elif frame_seq - action_seq not in (0, 1):
+            self._set(
+                LinkState.VIOLATION,
+                "lock-step violation",
+                f"frame_seq - action_seq = {frame_seq - action_seq} (must be 0 or 1)",
+            )
+        elif idle < 0.5:
+            self._set(LinkState.CONNECTED, f"lock-step with trainer pid {client_pid}")
+        elif frame_seq - action_seq == 1:
+            self._set(LinkState.WAITING_FOR_TRAINER, f"waiting for trainer for {idle:.1f} s")
+        else:
+            self._set(LinkState.ENGINE_STEPPING, f"engine stepping for {idle:.1f} s")

@@ -1,0 +1,199 @@
+"""MonitorCore against the reference engine and hand-made segments (no Qt)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from lucky_monitor.core.commands import CommandClient
+from lucky_monitor.core.monitor import LinkState, MonitorCore
+from lucky_monitor.core.traffic import TrafficLog
+from lucky_monitor.protocol import header as hdr
+from lucky_monitor.protocol import messages as m
+from lucky_monitor.protocol.errors import CommandTimeout
+from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
+from lucky_monitor.sim.trainer import SharedMemoryClient
+from lucky_monitor.transport.shm import Segment
+from lucky_monitor.transport.tools import ToolsChannel
+from tests.conftest import unique_segment_name
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def engine():
+    eng = ReferenceEngine(EngineConfig(name=unique_segment_name("core"), num_envs=8, obs_size=10, act_size=2,
+                                       image=(16, 12), sim_mode=2, camera_fps=0))
+    yield eng
+    eng.close()
+
+
+def test_searching_when_nothing_is_there():
+    core = MonitorCore(unique_segment_name("absent"))
+    assert core.poll() is None
+    assert core.status.state is LinkState.SEARCHING
+    assert "searching for" in core.status.text
+
+
+def test_attach_copy_and_free_run(engine):
+    core = MonitorCore(engine.name)
+    engine.tick()
+    f = core.poll()
+    assert core.status.state is LinkState.FREE_RUNNING
+    assert f is not None and f.hot_ok
+    np.testing.assert_array_equal(f.rewards, engine.seg.rewards)
+    assert f.image_updated and np.array_equal(core.images, engine.seg.images)
+    for _ in range(5):
+        engine.tick()
+    f = core.poll()
+    assert f.frame_seq == engine.seg.counter("frame_seq")
+    assert f.frames_skipped == 4  # five steps, one poll: four frames never seen
+    assert core.counters.frames_skipped == 4
+
+
+def test_lockstep_turns_and_trainer_states(engine):
+    clock = Clock()
+    core = MonitorCore(engine.name, clock=clock)
+    core.poll()
+    client = SharedMemoryClient(engine.name)
+    try:
+        # Trainer attached, its turn, frames flowing: connected.
+        frame = client.frame_seq
+        client.seg.set("action_seq", frame)  # hand the turn over by hand
+        engine.tick()
+        clock.t += 0.1
+        core.poll()
+        assert core.status.state is LinkState.CONNECTED
+        # The trainer sits on its turn: after 0.5 s the monitor says who holds things up.
+        clock.t += 2.0
+        engine._heartbeat(force=True)
+        core.poll()
+        assert core.status.state is LinkState.WAITING_FOR_TRAINER
+        assert core.rates.polls_trainer_turn >= 1
+        # The engine holds its turn for a long time: engine stepping.
+        client.seg.set("action_seq", client.frame_seq)
+        clock.t += 2.0
+        engine._heartbeat(force=True)
+        core.poll()
+        assert core.status.state is LinkState.ENGINE_STEPPING
+        assert core.rates.polls_engine_turn >= 1
+    finally:
+        client.close()
+
+
+def test_violation_and_stall_are_reported(segment_factory):
+    seg = segment_factory(num_envs=2, obs_size=2, act_size=1)
+    clock = Clock()
+    seg.set("engine_state", 1)
+    seg.set("frame_seq", 10)
+    seg.set("action_seq", 3)
+    seg.set("client_pid", os.getpid())
+    seg.set("heartbeat_ns", 1)
+    core = MonitorCore(seg.name, clock=clock)
+    core.poll()
+    assert core.status.state is LinkState.VIOLATION
+    assert "frame_seq - action_seq = 7" in core.status.reason
+    clock.t += 5
+    core.poll()
+    assert core.status.state is LinkState.STALLED
+    assert core.status.text == "stalled for 5 s"
+
+
+def test_incompatible_header_gives_the_reason(segment_factory):
+    seg = segment_factory(num_envs=2, obs_size=2, act_size=1)
+    seg.buf[hdr.OFFSET["version"]:hdr.OFFSET["version"] + 4] = (7).to_bytes(4, "little")
+    core = MonitorCore(seg.name)
+    core.poll()
+    assert core.status.state is LinkState.INCOMPATIBLE
+    assert "version: 7" in core.status.reason
+
+
+def test_engine_exit_and_reattach(engine):
+    name = engine.name
+    clock = Clock()
+    core = MonitorCore(name, clock=clock)
+    core.poll()
+    first = core.header.session_id
+    engine.close()
+    clock.t += 1
+    core.poll()
+    assert core.status.state is LinkState.ENGINE_EXITED
+    eng2 = ReferenceEngine(EngineConfig(name=name, num_envs=3, obs_size=8, act_size=1, image=None))
+    try:
+        clock.t += 1
+        core.poll()
+        assert core.header.session_id != first
+        assert core.header.num_envs == 3
+        assert core.counters.reattached == 1
+        assert "reattached" in core.status.notice
+        assert core.images is None
+    finally:
+        eng2.close()
+
+
+def test_monitor_never_writes_the_segment(engine):
+    before = bytes(engine.seg.buf)
+    core = MonitorCore(engine.name)
+    for _ in range(20):
+        core.poll()
+    log = TrafficLog(core.segment)
+    log.poll()
+    assert bytes(engine.seg.buf) == before
+
+
+def test_command_client_and_traffic_tap(engine):
+    core = MonitorCore(engine.name)
+    core.poll()
+    log = TrafficLog(core.segment)
+    with ToolsChannel.claim(engine.name) as ch:
+        client = CommandClient(ch, timeout_s=2.0)
+        cid = client.send(m.MethodId.GetServicesReq, m.GetServicesReq())
+        engine.serve_commands()
+        replies = client.poll()
+        assert [r.correlation_id for r in replies] == [cid]
+        assert replies[0].ok and replies[0].response.payload.services_enabled == hdr.ALL_SERVICES
+        client.send(m.MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=int(m.Service.DEBUG),
+                                                                           enabled=False))
+        client.send(m.MethodId.DrawReq, m.DrawReq(clear_previous=True))
+        engine.serve_commands()
+        replies = client.poll()
+        assert replies[0].ok and replies[1].error == "service Debug is disabled"
+        entries = log.poll()
+        methods = [(e.pair, e.direction, e.method) for e in entries]
+        assert ("tools", "c2s", "GetServicesReq") in methods
+        assert ("tools", "s2c", "DrawResp") in methods
+        draw_resp = next(e for e in entries if e.method == "DrawResp")
+        assert draw_resp.error == "service Debug is disabled" and draw_resp.latency_s is not None
+        assert [e.method for e in log.filtered("draw")] == ["DrawReq", "DrawResp"]
+        # Nobody serves: a clear timeout, never a hang.
+        with pytest.raises(CommandTimeout):
+            client.request(m.MethodId.GetServicesReq, m.GetServicesReq(), timeout_s=0.2)
+
+
+def test_traffic_tap_survives_garbage(engine):
+    core = MonitorCore(engine.name)
+    core.poll()
+    log = TrafficLog(core.segment)
+    with ToolsChannel.claim(engine.name) as ch:
+        ch.c2s.push(b"\x01\x02\x03 not a flatbuffer")
+        entries = log.poll()
+        assert entries[0].method == "?" and entries[0].error.startswith("undecodable")
+        engine.serve_commands()  # the engine counts it and goes on
+    engine.tick()
+    assert core.poll() is not None
+
+
+def test_segment_views_are_read_only_for_the_monitor(engine):
+    with Segment.attach(engine.name) as seg:
+        with pytest.raises(ValueError):
+            seg.rewards[0] = 1.0
