@@ -1,0 +1,198 @@
+"""Process-level runners behind ``lucky-monitor sim``, ``train`` and ``demo`` (Qt-free parts).
+
+Each runner installs SIGINT/SIGTERM handlers that only set a flag, so the
+loops end cleanly: the engine announces ``engine_state = 3`` and unlinks its
+segment, the trainer releases ``client_pid``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ..protocol.errors import LuckyMonitorError
+from .engine import FORMATS, EngineConfig, ReferenceEngine
+from .trainer import PDPolicy, RandomPolicy, SharedMemoryClient
+
+
+class UsageError(LuckyMonitorError):
+    exit_code = 2
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM; restores the previous handlers on :meth:`restore`."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        self._old: dict[int, object] = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handler)
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self.stop = True
+
+    def __call__(self) -> bool:
+        return self.stop
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)  # type: ignore[arg-type]
+
+
+def parse_image(text: str, fmt: str) -> tuple[int, int] | None:
+    """``WxH`` or ``WxHxC`` (C must agree with the format) or ``none``."""
+    if text.lower() in ("none", "off", "0"):
+        return None
+    mt = re.fullmatch(r"(\d{1,5})x(\d{1,5})(?:x(\d))?", text.strip().lower())
+    if not mt:
+        raise UsageError(f"--image {text!r}: expected WxH or WxHxC, e.g. 64x64 or 64x64x3, or 'none'")
+    w, h = int(mt[1]), int(mt[2])
+    if not (1 <= w <= 4096 and 1 <= h <= 4096):
+        raise UsageError(f"--image {text!r}: width and height must be 1..4096")
+    if mt[3] is not None and int(mt[3]) != FORMATS[fmt][1]:
+        raise UsageError(f"--image {text!r}: {mt[3]} channels contradicts --format {fmt} ({FORMATS[fmt][1]} channels)")
+    return w, h
+
+
+def format_for_channels(channels: int) -> str:
+    return {1: "gray", 3: "rgb", 4: "rgba"}[channels]
+
+
+def add_sim_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", help="segment name (default LuckyEngine_<pid>, or $LUCKY_SHM_NAME)")
+    p.add_argument("--envs", type=int, default=64, help="number of envs (1..4096, default 64)")
+    p.add_argument("--obs", type=int, default=16, help="floats per observation (default 16)")
+    p.add_argument("--act", type=int, default=4, help="floats per action (default 4)")
+    p.add_argument("--image", default="64x64", help="per-env image WxH[xC], or 'none' (default 64x64)")
+    p.add_argument(
+        "--format",
+        choices=sorted(FORMATS),
+        default=None,
+        help="channel order in the image region (default rgb, or by C of --image)",
+    )
+    p.add_argument("--bottom-up", action="store_true", help="store image rows bottom-up (image_flags bit 0)")
+    rate = p.add_mutually_exclusive_group()
+    rate.add_argument("--hz", type=float, default=50.0, help="steps per second in realtime/free-run (default 50)")
+    rate.add_argument("--fast", action="store_true", help="start in fast mode: never wait for the clock")
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="start in deterministic mode: step as soon as the trainer hands over",
+    )
+    p.add_argument("--seed", type=int, default=0, help="randomisation seed (default 0)")
+    p.add_argument("--camera-fps", type=float, default=60.0, help="image publications per second (0 = every step)")
+    p.add_argument("--no-tools", action="store_true", help="export no tools channel (monitors stay read-only)")
+    p.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: run until signalled)")
+
+
+def config_from_args(args: argparse.Namespace) -> EngineConfig:
+    fmt = args.format
+    if fmt is None:
+        mt = re.fullmatch(r"\d+x\d+x(\d)", args.image.strip().lower())
+        fmt = format_for_channels(int(mt[1])) if mt and int(mt[1]) in (1, 3, 4) else "rgb"
+    if not 1 <= args.envs <= 4096:
+        raise UsageError(f"--envs {args.envs}: must be 1..4096")
+    if not args.hz > 0:
+        raise UsageError(f"--hz {args.hz}: must be positive")
+    if not args.camera_fps >= 0:
+        raise UsageError(f"--camera-fps {args.camera_fps}: must be 0 (every step) or positive")
+    mode = 2 if args.fast else (1 if args.deterministic else 0)
+    return EngineConfig(
+        name=args.name or os.environ.get("LUCKY_SHM_NAME") or None,
+        num_envs=args.envs,
+        obs_size=args.obs,
+        act_size=args.act,
+        image=parse_image(args.image, fmt),
+        fmt=fmt,
+        bottom_up=args.bottom_up,
+        hz=args.hz,
+        sim_mode=mode,
+        seed=args.seed,
+        camera_fps=args.camera_fps,
+        tools_ring_size=0 if args.no_tools else 64 * 1024,
+    )
+
+
+def run_sim(args: argparse.Namespace, *, announce: Callable[[str], None] | None = None) -> int:
+    """``lucky-monitor sim``: create the segment, print its name, serve until signalled."""
+    cfg = config_from_args(args)
+    flag = StopFlag()
+    try:
+        engine = ReferenceEngine(cfg)
+        try:
+            (announce or (lambda s: print(s, flush=True)))(engine.name)
+            engine.run(flag, max_steps=args.steps)
+        finally:
+            engine.close()
+    finally:
+        flag.restore()
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """``lucky-monitor train``: step the engine with a policy, print progress once a second."""
+    flag = StopFlag()
+    try:
+        client = SharedMemoryClient(args.shm, timeout_s=args.timeout)
+        try:
+            schema = client.get_schema()
+            print(
+                f"trainer pid {os.getpid()} attached to {args.shm}: {schema.num_envs} envs, "
+                f"obs {schema.observation_size}, act {schema.action_size}",
+                flush=True,
+            )
+            policy = PDPolicy(client.act_size) if args.policy == "pd" else RandomPolicy(client.act_size, args.seed)
+            obs = client.observe().obs
+            t_report = time.monotonic()
+            steps_at_report = 0
+            ret = np.zeros(client.num_envs)
+            while not flag() and (args.steps is None or client.steps < args.steps):
+                res = client.step(policy(obs))
+                obs = res.obs
+                ret += res.rewards
+                now = time.monotonic()
+                if not args.quiet and now - t_report >= 1.0:
+                    rate = (client.steps - steps_at_report) / (now - t_report)
+                    print(
+                        f"step {client.steps}  {rate:7.0f} steps/s  mean reward {float(res.rewards.mean()):+.3f}  "
+                        f"dones {int(res.dones.sum())}",
+                        flush=True,
+                    )
+                    t_report, steps_at_report = now, client.steps
+            print(f"trainer done after {client.steps} steps", flush=True)
+        finally:
+            client.close()
+    finally:
+        flag.restore()
+    return 0
+
+
+def spawn(args: list[str]) -> subprocess.Popen:
+    """Start ``python -m lucky_monitor ARGS`` as a child in its own process group."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "lucky_monitor", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def stop_children(children: list[subprocess.Popen], timeout: float = 5.0) -> None:
+    """Stop children one after another, in the given order: SIGTERM, wait, then SIGKILL."""
+    for c in children:
+        if c.poll() is None:
+            c.send_signal(signal.SIGTERM)
+        try:
+            c.wait(timeout)
+        except subprocess.TimeoutExpired:
+            c.kill()
+            c.wait()
