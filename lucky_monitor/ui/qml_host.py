@@ -1,0 +1,137 @@
+"""Host the ``LuckyMonitor`` QML module in a ``QQuickWidget``.
+
+The QML files live in a module directory ``LuckyMonitor/`` (with its
+``qmldir``) under a *QML import root*: ``<repo>/qml`` in a checkout,
+``lucky_monitor/qml`` inside an installed wheel. :func:`qml_dir` finds it;
+:func:`make_quick_widget` adds it to a widget's import path, exposes the
+Python backend to QML as the context property ``backend``, loads one
+component with ``loadFromModule`` and refuses to return a widget whose QML
+failed to load or warned while loading.
+
+Controls use the ``Fusion`` style (chosen here before the first QML load
+unless ``QT_QUICK_CONTROLS_STYLE`` names another); the
+components set their own dark palette, so they read the same whatever the
+application palette is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QUrl
+from PySide6.QtQml import QQmlError
+from PySide6.QtQuickControls2 import QQuickStyle
+from PySide6.QtQuickWidgets import QQuickWidget
+from PySide6.QtWidgets import QWidget
+
+from ..protocol.errors import LuckyMonitorError
+
+__all__ = ["MODULE", "QmlLoadError", "make_quick_widget", "qml_dir"]
+
+#: The QML module name (``import LuckyMonitor``).
+MODULE = "LuckyMonitor"
+
+_STYLE = "Fusion"
+_style_chosen = False
+
+
+class QmlLoadError(LuckyMonitorError):
+    """A QML component could not be found, failed to load, or warned while loading."""
+
+
+def qml_dir() -> Path:
+    """The QML import root that holds the ``LuckyMonitor`` module directory.
+
+    Looks first inside the package (``lucky_monitor/qml``, where a wheel
+    installs it), then at the repository checkout (``<repo>/qml``).
+
+    Returns
+    -------
+    pathlib.Path
+        A directory ``d`` with ``d / "LuckyMonitor" / "qmldir"``.
+
+    Raises
+    ------
+    QmlLoadError
+        Neither place holds the module.
+    """
+    package = Path(__file__).resolve().parents[1]
+    candidates = (package / "qml", package.parent / "qml")
+    for root in candidates:
+        if (root / MODULE / "qmldir").is_file():
+            return root
+    tried = ", ".join(str(c) for c in candidates)
+    raise QmlLoadError(f"QML module {MODULE} not found (looked in {tried})")
+
+
+def _choose_style() -> None:
+    """Select the Fusion controls style once, unless ``QT_QUICK_CONTROLS_STYLE`` names one."""
+    global _style_chosen
+    if _style_chosen:
+        return
+    _style_chosen = True
+    if not os.environ.get("QT_QUICK_CONTROLS_STYLE"):
+        QQuickStyle.setStyle(_STYLE)
+
+
+def _messages(errors: list[QQmlError]) -> str:
+    return "; ".join(e.toString() for e in errors)
+
+
+def make_quick_widget(backend: QObject, component: str, parent: QWidget | None = None) -> QQuickWidget:
+    """A ``QQuickWidget`` showing ``LuckyMonitor.<component>`` bound to ``backend``.
+
+    Parameters
+    ----------
+    backend
+        The object QML sees as ``backend`` (normally a
+        :class:`~lucky_monitor.ui.backend.MonitorBackend`). The widget keeps a
+        Python reference to it. It must outlive the loaded QML: if something
+        else may delete it first (a Qt parent), unload the view first with
+        ``widget.setSource(QUrl())``, or every binding warns about a null
+        ``backend``.
+    component
+        ``"RpcPanel"`` or ``"DebugDraw"`` (any type the module exports).
+    parent
+        Optional parent widget.
+
+    Returns
+    -------
+    PySide6.QtQuickWidgets.QQuickWidget
+        Loaded, with resize mode ``SizeRootObjectToView``.
+
+    Raises
+    ------
+    QmlLoadError
+        The module or component is missing, the QML has errors, or the
+        engine reported a warning while creating the component (an
+        undefined property, a binding loop...).
+    """
+    _choose_style()
+    root = qml_dir()
+    widget = QQuickWidget(parent)
+    widget.setResizeMode(QQuickWidget.ResizeMode.SizeRootObjectToView)
+    engine = widget.engine()
+    engine.addImportPath(str(root))
+    widget.rootContext().setContextProperty("backend", backend)
+    widget._lucky_backend = backend  # type: ignore[attr-defined]  # keep it alive as long as the widget
+
+    warnings: list[QQmlError] = []
+
+    def collect(errs: list[QQmlError]) -> None:
+        warnings.extend(errs)
+
+    engine.warnings.connect(collect)
+    try:
+        widget.loadFromModule(MODULE, component)
+    finally:
+        engine.warnings.disconnect(collect)
+    errors = list(widget.errors())
+    problems = errors + warnings
+    if widget.status() != QQuickWidget.Status.Ready or widget.rootObject() is None or problems:
+        detail = _messages(problems) or f"status {widget.status().name}"
+        widget.setSource(QUrl())
+        widget.deleteLater()
+        raise QmlLoadError(f"{MODULE}.{component}: {detail}")
+    return widget

@@ -1,0 +1,191 @@
+import QtQuick
+import QtQuick.Controls
+import QtQuick.Layouts
+
+// Debug-draw form: a line, an arrow or a velocity command sent to the engine
+// over the tools channel (DrawReq), once or repeated at a chosen rate, and
+// the engine's last answer with its round trip time.
+DarkPane {
+    id: root
+    objectName: "debugDraw"
+    implicitWidth: 380
+    implicitHeight: 460
+
+    readonly property var kinds: ["line", "arrow", "velocity"]
+    readonly property string kind: kinds[tabs.currentIndex]
+    readonly property bool repeating: backend.repeatKind !== ""
+
+    function sendCurrent() {
+        const clear = clearBox.checked
+        if (tabs.currentIndex === 0)
+            backend.drawLine(lineStart.vx, lineStart.vy, lineStart.vz, lineEnd.vx, lineEnd.vy, lineEnd.vz,
+                             colour.r, colour.g, colour.b, colour.a, clear)
+        else if (tabs.currentIndex === 1)
+            backend.drawArrow(arrowOrigin.vx, arrowOrigin.vy, arrowOrigin.vz,
+                              arrowDir.vx, arrowDir.vy, arrowDir.vz,
+                              colour.r, colour.g, colour.b, colour.a, arrowScale.value, clear)
+        else
+            backend.drawVelocity(velOrigin.vx, velOrigin.vy, velOrigin.vz,
+                                 velX.value, velY.value, velW.value, velScale.value, clear)
+    }
+
+    ColumnLayout {
+        anchors.fill: parent
+        anchors.margins: 12
+        spacing: 8
+
+        Label {
+            text: "Debug draw"
+            color: Theme.accent
+            font.pixelSize: Theme.title
+            font.bold: true
+            font.letterSpacing: 1.2
+            font.capitalization: Font.AllUppercase
+        }
+        Label {
+            objectName: "toolsReason"
+            Layout.fillWidth: true
+            visible: !backend.toolsAvailable
+            text: "Commands disabled: " + backend.toolsReason
+            color: Theme.warn
+            wrapMode: Text.Wrap
+        }
+
+        ColumnLayout {
+            id: form
+            objectName: "drawForm"
+            Layout.fillWidth: true
+            spacing: 8
+            enabled: backend.toolsAvailable
+            opacity: enabled ? 1.0 : 0.45
+
+            TabBar {
+                id: tabs
+                objectName: "drawTabs"
+                Layout.fillWidth: true
+                TabButton { text: "Line" }
+                TabButton { text: "Arrow" }
+                TabButton { text: "Velocity" }
+            }
+
+            ColumnLayout {
+                objectName: "linePage"
+                visible: tabs.currentIndex === 0
+                Layout.fillWidth: true
+                spacing: 4
+                Vec3Field { id: lineStart; objectName: "lineStart"; label: "start"; textX: "0"; textY: "0"; textZ: "0" }
+                Vec3Field { id: lineEnd; objectName: "lineEnd"; label: "end"; textX: "1"; textY: "0"; textZ: "0.5" }
+            }
+            ColumnLayout {
+                objectName: "arrowPage"
+                visible: tabs.currentIndex === 1
+                Layout.fillWidth: true
+                spacing: 4
+                Vec3Field { id: arrowOrigin; objectName: "arrowOrigin"; label: "origin"; textX: "0"; textY: "0"; textZ: "0.5" }
+                Vec3Field { id: arrowDir; objectName: "arrowDirection"; label: "direction"; textX: "0"; textY: "0"; textZ: "1" }
+                NumRow { id: arrowScale; objectName: "arrowScale"; label: "scale"; text: "1" }
+            }
+            ColumnLayout {
+                objectName: "velocityPage"
+                visible: tabs.currentIndex === 2
+                Layout.fillWidth: true
+                spacing: 4
+                Vec3Field { id: velOrigin; objectName: "velocityOrigin"; label: "origin"; textX: "0"; textY: "0"; textZ: "0" }
+                NumRow { id: velX; objectName: "linVelX"; label: "lin_vel_x"; text: "1" }
+                NumRow { id: velY; objectName: "linVelY"; label: "lin_vel_y"; text: "0" }
+                NumRow { id: velW; objectName: "angVelZ"; label: "ang_vel_z"; text: "0.5" }
+                NumRow { id: velScale; objectName: "velocityScale"; label: "scale"; text: "0.5" }
+            }
+
+            ColorPicker {
+                id: colour
+                objectName: "colour"
+                visible: tabs.currentIndex !== 2
+            }
+
+            CheckBox {
+                id: clearBox
+                objectName: "clearPrevious"
+                text: "clear previous drawings first"
+                checked: false
+            }
+
+            RowLayout {
+                Layout.fillWidth: true
+                spacing: 8
+                Button {
+                    objectName: "sendOnce"
+                    text: "Send once"
+                    highlighted: true
+                    onClicked: root.sendCurrent()
+                }
+                Item { Layout.fillWidth: true }
+                Label {
+                    text: "Hz"
+                    color: Theme.dim
+                }
+                SpinBox {
+                    id: hz
+                    objectName: "repeatHz"
+                    from: 1
+                    to: 60
+                    value: 10
+                    editable: true
+                    Layout.preferredWidth: 96
+                    onValueModified: if (root.repeating) backend.setRepeat(backend.repeatKind, value)
+                }
+                Button {
+                    objectName: "repeat"
+                    text: root.repeating ? "Stop" : "Repeat"
+                    onClicked: {
+                        if (root.repeating) {
+                            backend.setRepeat("", 0)
+                        } else {
+                            root.sendCurrent()
+                            backend.setRepeat(root.kind, hz.value)
+                        }
+                    }
+                }
+            }
+            Button {
+                objectName: "clearAll"
+                Layout.fillWidth: true
+                text: "Clear all drawings"
+                onClicked: backend.clearDrawings()
+            }
+        }
+
+        Rectangle {
+            Layout.fillWidth: true
+            Layout.preferredHeight: 1
+            color: Theme.line
+        }
+        RowLayout {
+            Layout.fillWidth: true
+            spacing: 8
+            Label {
+                text: "last response"
+                color: Theme.dim
+            }
+            Label {
+                objectName: "lastDrawResult"
+                Layout.fillWidth: true
+                text: backend.lastDrawResult || "none yet"
+                color: Theme.resultColor(text)
+                font.bold: true
+                elide: Text.ElideRight
+            }
+        }
+        Label {
+            objectName: "drawStats"
+            Layout.fillWidth: true
+            text: (backend.lastRttMs >= 0 ? "RTT " + backend.lastRttMs.toFixed(2) + " ms · " : "")
+                  + backend.drawCount + (backend.drawCount === 1 ? " reply" : " replies")
+                  + (root.repeating ? " · repeating " + backend.repeatKind + " at " + backend.repeatHz + " Hz" : "")
+            color: Theme.dim
+            font.pixelSize: Theme.small
+            elide: Text.ElideRight
+        }
+        Item { Layout.fillHeight: true }
+    }
+}

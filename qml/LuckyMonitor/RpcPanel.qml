@@ -1,0 +1,263 @@
+import QtQuick
+import QtQuick.Controls
+import QtQuick.Layouts
+
+// The monitor's mirror of the engine editor's RpcPanel: connection state,
+// segment picker, header facts, rates, lock-step turn split, service switches
+// and simulation mode. Everything is bound to the context property `backend`
+// (lucky_monitor.ui.backend.MonitorBackend); switches show what the engine
+// published in the segment, never what was asked.
+DarkPane {
+    id: root
+    objectName: "rpcPanel"
+    implicitWidth: 340
+    implicitHeight: 760
+
+    function count(v) { return backend.attached ? v.toLocaleString(Qt.locale("C"), "f", 0) : "—" }
+    function rate(v) { return backend.attached ? v.toFixed(1) : "—" }
+
+    ScrollView {
+        id: scroll
+        anchors.fill: parent
+        leftPadding: 14
+        rightPadding: 16
+        topPadding: 12
+        bottomPadding: 12
+        contentWidth: availableWidth
+        clip: true
+
+        ColumnLayout {
+            id: column
+            width: scroll.availableWidth
+            spacing: 6
+
+            // ---------------------------------------------------------- state
+            RowLayout {
+                Layout.fillWidth: true
+                spacing: 10
+                Rectangle {
+                    Layout.preferredWidth: 14
+                    Layout.preferredHeight: 14
+                    Layout.alignment: Qt.AlignVCenter
+                    radius: 7
+                    color: backend.stateColor
+                }
+                Label {
+                    objectName: "stateLine"
+                    Layout.fillWidth: true
+                    text: backend.stateText
+                    color: backend.stateColor
+                    font.pixelSize: Theme.big
+                    font.bold: true
+                    wrapMode: Text.Wrap
+                    maximumLineCount: 2
+                    elide: Text.ElideRight
+                }
+            }
+            Label {
+                objectName: "reasonLine"
+                Layout.fillWidth: true
+                visible: text !== ""
+                text: backend.reason
+                color: backend.healthy ? Theme.dim : Theme.text
+                wrapMode: Text.Wrap
+            }
+            Label {
+                objectName: "noticeLine"
+                Layout.fillWidth: true
+                visible: text !== ""
+                text: backend.notice
+                color: Theme.accent
+                font.italic: true
+                wrapMode: Text.Wrap
+            }
+
+            // --------------------------------------------------------- picker
+            ComboBox {
+                id: picker
+                objectName: "segmentPicker"
+                Layout.fillWidth: true
+                Layout.topMargin: 4
+                model: backend.segments
+                textRole: "label"
+                valueRole: "name"
+                currentIndex: backend.segmentIndex
+                onActivated: (index) => {
+                    backend.selectSegment(valueAt(index))
+                    currentIndex = Qt.binding(() => backend.segmentIndex)
+                }
+                HoverHandler { id: pickerHover }
+                ToolTip.visible: pickerHover.hovered && picker.displayText !== ""
+                ToolTip.text: picker.displayText
+                ToolTip.delay: 600
+            }
+
+            // ---------------------------------------------------------- facts
+            Section {
+                title: "Segment"
+                Fact { key: "name"; value: backend.segmentName || "—" }
+                Fact { key: "session"; value: backend.sessionId }
+                Fact { key: "size"; value: backend.segmentSize }
+                Fact {
+                    key: "engine"
+                    value: backend.attached ? backend.engineState + " · pid " + backend.serverPid : "—"
+                }
+                Fact { key: "heartbeat"; value: backend.heartbeatAge }
+            }
+
+            Section {
+                title: "Lock-step"
+                Fact { key: "mode"; value: backend.mode }
+                Fact {
+                    key: "envs"
+                    value: backend.attached
+                           ? backend.numEnvs + " · obs " + backend.obsSize + " · act " + backend.actSize
+                           : "—"
+                }
+                Fact {
+                    key: "trainer"
+                    value: !backend.attached ? "—"
+                           : backend.clientPid === 0 ? "none attached"
+                           : "pid " + backend.clientPid + (backend.trainerAlive ? "" : " (exited)")
+                    valueColor: backend.clientPid !== 0 && !backend.trainerAlive ? Theme.bad : Theme.text
+                }
+                Fact { key: "frame_seq"; value: root.count(backend.frameSeq) }
+                Fact { key: "action_seq"; value: root.count(backend.actionSeq) }
+                TurnSplit {
+                    objectName: "turnSplit"
+                    Layout.topMargin: 4
+                    enginePct: backend.engineSharePct
+                    trainerPct: backend.trainerSharePct
+                }
+            }
+
+            Section {
+                title: "Rates"
+                Fact { key: "frames/s"; value: root.rate(backend.framesPerSec) }
+                Fact { key: "images/s"; value: root.rate(backend.imagesPerSec) }
+                Fact {
+                    key: "frames skipped"
+                    value: root.count(backend.framesSkipped)
+                }
+                Fact {
+                    key: "torn reads"
+                    value: backend.attached
+                           ? "images " + root.count(backend.tornImages) + " · hot " + root.count(backend.tornHot)
+                           : "—"
+                }
+            }
+
+            Section {
+                title: "Images"
+                Fact { key: "format"; value: backend.imageText }
+                Fact { key: "image_seq"; value: root.count(backend.imageSeq) }
+            }
+
+            Section {
+                title: "Rings"
+                Fact { key: "command"; value: backend.cmdRingText }
+                Fact { key: "tools"; value: backend.toolsText }
+                Fact { key: "tools owner"; value: backend.toolsOwnerText }
+            }
+
+            Section {
+                title: "GPU"
+                Fact { key: "observations"; value: backend.gpuText }
+            }
+
+            // ------------------------------------------------------- services
+            Section {
+                title: "Services"
+                Label {
+                    objectName: "toolsReason"
+                    Layout.fillWidth: true
+                    visible: !backend.toolsAvailable
+                    text: "Commands disabled: " + backend.toolsReason
+                    color: Theme.warn
+                    wrapMode: Text.Wrap
+                }
+                Repeater {
+                    model: backend.services
+                    delegate: RowLayout {
+                        id: row
+                        required property var model
+                        required property int index
+                        readonly property string tip: !backend.toolsAvailable ? backend.toolsReason
+                                                    : !model.available ? "the engine does not offer " + model.name
+                                                    : model.pending ? "waiting for the engine"
+                                                    : model.enabled ? "click to disable " + model.name
+                                                    : "click to enable " + model.name
+                        Layout.fillWidth: true
+                        spacing: 8
+
+                        Label {
+                            text: row.model.name
+                            color: row.model.available ? Theme.text : Theme.dim
+                            Layout.preferredWidth: 92
+                            elide: Text.ElideRight
+                        }
+                        Label {
+                            Layout.fillWidth: true
+                            text: row.model.pending ? "waiting…" : row.model.lastResult
+                            color: Theme.resultColor(text)
+                            font.pixelSize: Theme.small
+                            elide: Text.ElideRight
+                        }
+                        Label {
+                            text: !row.model.available ? "n/a" : row.model.enabled ? "on" : "off"
+                            color: row.model.available && row.model.enabled ? Theme.good : Theme.dim
+                            font.bold: row.model.available && row.model.enabled
+                            horizontalAlignment: Text.AlignRight
+                            Layout.preferredWidth: 28
+                        }
+                        Switch {
+                            objectName: "serviceSwitch_" + row.model.name
+                            checkable: false
+                            checked: row.model.enabled
+                            enabled: backend.toolsAvailable && row.model.available && !row.model.pending
+                            opacity: enabled ? 1.0 : 0.45
+                            onClicked: backend.setServiceEnabled(row.model.bit, !row.model.enabled)
+                        }
+                        HoverHandler { id: rowHover }
+                        ToolTip.visible: rowHover.hovered
+                        ToolTip.text: row.tip
+                        ToolTip.delay: 500
+                    }
+                }
+            }
+
+            Section {
+                title: "Simulation"
+                RowLayout {
+                    Layout.fillWidth: true
+                    spacing: 8
+                    Label {
+                        text: "mode"
+                        color: Theme.dim
+                        Layout.preferredWidth: Theme.keyWidth
+                    }
+                    ComboBox {
+                        id: simCombo
+                        objectName: "simMode"
+                        Layout.fillWidth: true
+                        model: backend.simModeNames
+                        currentIndex: backend.simMode
+                        enabled: backend.toolsAvailable && !backend.simModePending
+                        onActivated: (index) => {
+                            backend.setSimMode(index)
+                            currentIndex = Qt.binding(() => backend.simMode)
+                        }
+                    }
+                }
+                Label {
+                    Layout.fillWidth: true
+                    visible: text !== ""
+                    text: backend.simModeResult
+                    color: Theme.resultColor(text)
+                    font.pixelSize: Theme.small
+                    elide: Text.ElideRight
+                }
+            }
+        }
+    }
+}
