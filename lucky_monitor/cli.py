@@ -35,6 +35,12 @@ from .protocol.errors import (
 )
 from .protocol.header import HEADER_SIZE, Header, Region
 
+
+class UsageError(LuckyMonitorError):
+    """A wrong combination of command-line options."""
+
+    exit_code = 2
+
 PROG = "lucky-monitor"
 
 Runner = Callable[[argparse.Namespace], int]
@@ -79,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Monitor LuckyEngine runs over the LRBC shared-memory transport.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    add_window_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for cmd in _COMMANDS:
         sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
@@ -88,10 +95,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_window_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of the monitor window (``lucky-monitor`` with no subcommand, and ``demo``)."""
+    p.add_argument("--shm", metavar="NAME",
+                   help="segment to attach to (default: $LUCKY_SHM_NAME, else the newest live segment)")
+    p.add_argument("--screenshot", metavar="FILE", help="save a PNG of the whole window after --quit-after seconds")
+    p.add_argument("--quit-after", metavar="SECONDS", type=_positive_float,
+                   help="close the window after this many seconds (exit 0)")
+    p.add_argument("--columns", type=int, default=None, help="image grid columns (default: near-square)")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return v
+
+
 def _no_subcommand(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """What ``lucky-monitor`` without a subcommand does (for now: usage, exit 2)."""
-    parser.print_help(sys.stderr)
-    return 2
+    """``lucky-monitor`` without a subcommand opens the monitor window."""
+    if args.screenshot and not args.quit_after:
+        raise UsageError("--screenshot needs --quit-after SECONDS")
+    from .ui.app import run_window  # Qt is imported only here
+
+    return run_window(args)
 
 
 def _error(message: str) -> None:
@@ -579,4 +609,103 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if err is not None:
         _error(str(err))
         return err.exit_code
+    return 0 if ok else 1
+
+
+# ------------------------------------------------------------------ sim, train, demo, draw
+
+
+@subcommand("sim", "run the reference engine: create a segment, print its name, serve until Ctrl-C",
+            lambda p: _sim_args(p))
+def _cmd_sim(args: argparse.Namespace) -> int:
+    from .sim.run import run_sim
+
+    return run_sim(args)
+
+
+def _sim_args(p: argparse.ArgumentParser) -> None:
+    from .sim.run import add_sim_arguments
+
+    add_sim_arguments(p)
+
+
+def _train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shm", metavar="NAME", required=True, help="segment of the engine to drive")
+    p.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: until Ctrl-C)")
+    p.add_argument("--policy", choices=("pd", "random"), default="pd", help="pd: swing-up controller (default)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
+    p.add_argument("--timeout", type=_positive_float, default=5.0,
+                   help="seconds to wait for the engine before giving up (default 5)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+@subcommand("train", "run the reference trainer: step an engine in lock-step with a policy", _train_args)
+def _cmd_train(args: argparse.Namespace) -> int:
+    from .sim.run import run_train
+
+    return run_train(args)
+
+
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    from .sim.run import add_sim_arguments
+
+    add_sim_arguments(p)
+    add_window_arguments(p)
+    p.add_argument("--policy", choices=("pd", "random"), default="pd", help="trainer policy (default pd)")
+    p.add_argument("--no-trainer", action="store_true", help="engine only: watch it free-run")
+    p.add_argument("--headless", action="store_true", help="no window: status lines only (until Ctrl-C)")
+
+
+@subcommand("demo", "reference engine + reference trainer + the monitor window", _demo_args)
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args)
+
+
+def _draw_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", metavar="NAME", help="segment name, e.g. LuckyEngine_1234")
+    kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
+    line = kinds.add_parser("line", help="a line segment")
+    line.add_argument("--from", dest="start", required=True, metavar="X,Y,Z")
+    line.add_argument("--to", dest="end", required=True, metavar="X,Y,Z")
+    arrow = kinds.add_parser("arrow", help="an arrow")
+    arrow.add_argument("--origin", required=True, metavar="X,Y,Z")
+    arrow.add_argument("--direction", required=True, metavar="X,Y,Z")
+    arrow.add_argument("--scale", type=float, default=1.0)
+    vel = kinds.add_parser("velocity", help="a velocity command")
+    vel.add_argument("--origin", default="0,0,0", metavar="X,Y,Z")
+    vel.add_argument("--vel", required=True, metavar="VX,VY,WZ", help="lin_vel_x, lin_vel_y, ang_vel_z")
+    vel.add_argument("--scale", type=float, default=1.0)
+    kinds.add_parser("clear", help="remove every drawing")
+    for sp in (line, arrow, vel):
+        sp.add_argument("--color", default="1,0.2,0.2,1", metavar="R,G,B[,A]", help="components 0..1")
+        sp.add_argument("--clear", action="store_true", help="set clear_previous: erase earlier drawings first")
+    p.add_argument("--timeout", type=_positive_float, default=2.0, help="seconds to wait for the reply")
+
+
+@subcommand("draw", "send a debug-draw command to an engine over the tools channel", _draw_args)
+def _cmd_draw(args: argparse.Namespace) -> int:
+    from .core import drawing as d
+    from .core.commands import CommandClient
+    from .protocol.messages import MethodId
+    from .transport.shm import Segment
+    from .transport.tools import ToolsChannel
+
+    if args.kind == "line":
+        req = d.line_request(d.parse_numbers(args.start, 3, "--from"), d.parse_numbers(args.end, 3, "--to"),
+                             d.parse_color(args.color), args.clear)
+    elif args.kind == "arrow":
+        req = d.arrow_request(d.parse_numbers(args.origin, 3, "--origin"),
+                              d.parse_numbers(args.direction, 3, "--direction"), d.parse_color(args.color),
+                              args.scale, args.clear)
+    elif args.kind == "velocity":
+        vx, vy, wz = d.parse_numbers(args.vel, 3, "--vel")
+        req = d.velocity_request(d.parse_numbers(args.origin, 3, "--origin"), vx, vy, wz, args.scale, args.clear)
+    else:
+        req = d.clear_request()
+    with Segment.attach(args.name) as seg, ToolsChannel.claim(seg) as channel:
+        resp, rtt = CommandClient(channel, timeout_s=args.timeout).request(MethodId.DrawReq, req)
+    ok = getattr(resp.payload, "success", False)
+    print(f"{'success' if ok else 'refused'} (round trip {rtt * 1e3:.2f} ms)")
     return 0 if ok else 1

@@ -271,10 +271,14 @@ def test_corrupt_header(shm_name: str, capsys) -> None:
     assert "magic" in one_error_line(capsys.readouterr().err)
 
 
-def test_no_subcommand_prints_help_and_exits_2(capsys) -> None:
-    assert main([]) == 2
-    err = capsys.readouterr().err
-    assert "usage: lucky-monitor" in err and "check" in err
+def test_window_options_are_checked_before_any_window(capsys) -> None:
+    # Without a subcommand lucky-monitor opens the window; wrong options never get that far.
+    assert main(["--shm", "bad/name"]) == 2
+    one_error_line(capsys.readouterr().err)
+    assert main(["--screenshot", "x.png"]) == 2
+    assert "--quit-after" in one_error_line(capsys.readouterr().err)
+    assert main(["--quit-after", "-1"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_argparse_errors_exit_2(capsys) -> None:
@@ -306,8 +310,10 @@ def test_subprocess_exit_codes_without_traceback(shm_name: str, subprocess_env) 
     corrupt = _run(["info", shm_name], subprocess_env)
     assert corrupt.returncode == 3
     one_error_line(corrupt.stderr)
-    bare = _run([], subprocess_env)
-    assert bare.returncode == 2 and "usage:" in bare.stderr
+    no_display = {k: v for k, v in subprocess_env.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    bare = _run([], no_display)
+    assert bare.returncode == 2
+    assert "no display" in one_error_line(bare.stderr)
 
 
 def test_subprocess_check_pass(healthy, subprocess_env) -> None:

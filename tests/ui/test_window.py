@@ -1,0 +1,202 @@
+"""The whole monitor window against the reference engine (offscreen)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from PySide6 import QtCore
+
+from lucky_monitor.core.monitor import LinkState
+from lucky_monitor.protocol import header as hdr
+from lucky_monitor.protocol.messages import Service
+from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
+from lucky_monitor.transport.shm import Segment, shm_path
+from tests.conftest import unique_segment_name
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def engine(qtbot):
+    """A reference engine in this process, ticked by a 1 ms Qt timer (free-running at 200 Hz)."""
+    eng = ReferenceEngine(EngineConfig(name=unique_segment_name("win"), num_envs=9, obs_size=12, act_size=2,
+                                       image=(32, 24), hz=200.0, camera_fps=0))
+    timer = QtCore.QTimer()
+    timer.setInterval(1)
+    timer.timeout.connect(eng.tick)
+    timer.start()
+    yield eng
+    timer.stop()
+    eng.close()
+
+
+@pytest.fixture
+def window(qtbot, settings):
+    from lucky_monitor.ui.main_window import MainWindow
+
+    made = []
+
+    def make(name):
+        win = MainWindow(name, settings=settings)
+        qtbot.addWidget(win)
+        win.resize(1400, 900)
+        win.show()
+        qtbot.waitExposed(win)
+        made.append(win)
+        return win
+
+    yield make
+    for w in made:
+        w.close()
+
+
+def wait_state(qtbot, win, *states, timeout=10000):
+    qtbot.waitUntil(lambda: win.core.status.state in states, timeout=timeout)
+
+
+def test_frame_counter_advances_and_title_names_the_segment(qtbot, engine, window):
+    win = window(engine.name)
+    wait_state(qtbot, win, LinkState.FREE_RUNNING)
+    first = win.core.counters.frames_seen
+    qtbot.waitUntil(lambda: win.core.counters.frames_seen > first + 5, timeout=5000)
+    qtbot.waitUntil(lambda: win.core.counters.images_copied > 2, timeout=5000)
+    qtbot.waitUntil(lambda: engine.name in win.windowTitle() and "free-running" in win.windowTitle(), timeout=5000)
+    assert win.history.frames_seen > 0
+
+
+def test_tile_pixels_equal_engine_image_when_engine_is_idle(qtbot, window):
+    name = unique_segment_name("idle")
+    eng = ReferenceEngine(EngineConfig(name=name, num_envs=6, obs_size=8, act_size=1, image=(20, 16), hz=50))
+    try:
+        win = window(name)
+        eng.tick()
+        qtbot.waitUntil(lambda: win.core.counters.images_copied >= 1, timeout=5000)
+        eng.render_now()  # a publication the monitor has not seen
+        qtbot.waitUntil(lambda: win.grid.status_label.text().count(str(eng.seg.counter("image_seq"))) > 0,
+                        timeout=5000)
+        for env in range(6):
+            assert np.array_equal(win.grid.tiler.tile_view(env), eng.seg.images[env]), env
+    finally:
+        eng.close()
+
+
+def test_camera_toggle_from_the_panel_stops_images(qtbot, engine, window):
+    win = window(engine.name)
+    wait_state(qtbot, win, LinkState.FREE_RUNNING)
+    qtbot.waitUntil(lambda: win.backend.value("toolsAvailable") is True, timeout=5000)
+    win.backend.setServiceEnabled(int(Service.CAMERA), False)
+    qtbot.waitUntil(lambda: not engine.seg.counter("services_enabled") >> Service.CAMERA & 1, timeout=5000)
+    with Segment.attach(engine.name) as seg:
+        assert not seg.counter("services_enabled") >> Service.CAMERA & 1
+        seq = seg.counter("image_seq")
+        frame = seg.counter("frame_seq")
+        qtbot.waitUntil(lambda: seg.counter("frame_seq") > frame + 10, timeout=5000)
+        assert seg.counter("image_seq") == seq
+    win.backend.setServiceEnabled(int(Service.CAMERA), True)
+    qtbot.waitUntil(lambda: engine.seg.counter("image_seq") > seq, timeout=5000)
+
+
+def test_debug_draw_from_the_panel_changes_displayed_pixels(qtbot, window):
+    name = unique_segment_name("draw")
+    eng = ReferenceEngine(EngineConfig(name=name, num_envs=4, obs_size=8, act_size=1, image=(48, 48), hz=50))
+    timer = QtCore.QTimer()
+    timer.timeout.connect(eng.serve_commands)
+    timer.start(1)
+    try:
+        win = window(name)
+        qtbot.waitUntil(lambda: win.core.counters.images_copied >= 1, timeout=5000)
+        qtbot.waitUntil(lambda: win.backend.value("toolsAvailable") is True, timeout=5000)
+        before = win.grid.tiler.tile_view(2).copy()
+        # A vertical green line through the middle of the track, in every env's image.
+        win.backend.drawLine(0.0, 0.0, -0.5, 0.0, 0.0, 1.5, 0.0, 1.0, 0.0, 1.0, True)
+        qtbot.waitUntil(lambda: "success" in str(win.backend.value("lastDrawResult")), timeout=5000)
+        qtbot.waitUntil(lambda: not np.array_equal(win.grid.tiler.tile_view(2), before), timeout=5000)
+        px, py = eng.renderer.project(0.0, 0.5)
+        tile = win.grid.tiler.tile_view(2)
+        assert tuple(tile[int(py), int(px)]) == (0, 255, 0)
+    finally:
+        timer.stop()
+        eng.close()
+
+
+def test_engine_killed_then_recreated_under_the_same_name(qtbot, window, subprocess_env):
+    name = unique_segment_name("kill")
+    cmd = [sys.executable, "-m", "lucky_monitor", "sim", "--name", name, "--envs", "4", "--image", "16x16",
+           "--hz", "100"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env)
+    try:
+        assert proc.stdout.readline().strip() == name
+        win = window(name)
+        wait_state(qtbot, win, LinkState.FREE_RUNNING)
+        session = win.core.header.session_id
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        wait_state(qtbot, win, LinkState.ENGINE_EXITED, LinkState.STALLED)
+        qtbot.waitUntil(lambda: "engine exited" in win.state_label.text() or "stalled" in win.state_label.text(),
+                        timeout=5000)
+        os.unlink(shm_path(name))  # SIGKILL left the file behind
+        proc.stdout.close()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=subprocess_env)
+        assert proc.stdout.readline().strip() == name
+        wait_state(qtbot, win, LinkState.FREE_RUNNING)
+        assert win.core.header.session_id != session
+        assert win.core.counters.reattached == 1
+        qtbot.waitUntil(lambda: "reattached" in win.state_label.text(), timeout=5000)
+    finally:
+        proc.kill()
+        proc.wait(10)
+        proc.stdout.close()
+        if os.path.exists(shm_path(name)):
+            os.unlink(shm_path(name))
+
+
+def test_corrupt_header_shows_the_reason(qtbot, window, segment_factory):
+    seg = segment_factory(num_envs=4, obs_size=4, act_size=1)
+    seg.buf[hdr.OFFSET["obs_offset"]:hdr.OFFSET["obs_offset"] + 8] = (4097).to_bytes(8, "little")
+    win = window(seg.name)
+    wait_state(qtbot, win, LinkState.INCOMPATIBLE)
+    assert "obs_offset" in win.core.status.reason
+    qtbot.waitUntil(lambda: "obs_offset" in win.state_label.text(), timeout=5000)
+
+
+def test_screenshot_cli_offscreen(tmp_path, subprocess_env):
+    name = unique_segment_name("shot")
+    eng = subprocess.Popen([sys.executable, "-m", "lucky_monitor", "sim", "--name", name, "--envs", "16",
+                            "--image", "32x32"], stdout=subprocess.PIPE, text=True, env=subprocess_env)
+    try:
+        assert eng.stdout.readline().strip() == name
+        out = tmp_path / "shot.png"
+        env = dict(subprocess_env, QT_QPA_PLATFORM="offscreen", HOME=str(tmp_path))
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "lucky_monitor", "--shm", name, "--screenshot", str(out),
+                            "--quit-after", "2"], capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "Traceback" not in r.stderr
+        assert out.stat().st_size > 10_000
+        assert time.monotonic() - t0 < 50
+    finally:
+        eng.terminate()
+        eng.wait(10)
+        eng.stdout.close()
+
+
+def test_bad_window_arguments_exit_cleanly(subprocess_env, tmp_path):
+    env = dict(subprocess_env, QT_QPA_PLATFORM="offscreen", HOME=str(tmp_path))
+    for args in (["--shm", "bad/name"], ["--quit-after", "-1"], ["--screenshot", "x.png"]):
+        r = subprocess.run([sys.executable, "-m", "lucky_monitor", *args], capture_output=True, text=True,
+                           env=env, timeout=60)
+        assert r.returncode != 0, args
+        assert "Traceback" not in r.stderr
+        assert r.stderr.strip().splitlines()[-1].startswith("lucky-monitor: error: "), r.stderr
