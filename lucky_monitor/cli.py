@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -124,6 +125,24 @@ def _no_subcommand(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     return run_window(args)
 
 
+_VECTOR_OPTIONS = {"--from", "--to", "--origin", "--direction", "--vel", "--color"}
+_NUMBERS = re.compile(r"^-[0-9.][0-9.eE+-]*(,[-+]?[0-9.][0-9.eE+-]*)*$")
+
+
+def _join_vector_values(argv: list[str]) -> list[str]:
+    """Let ``--from -1,0,0`` mean ``--from=-1,0,0`` (argparse would take -1,0,0 for an option)."""
+    out: list[str] = []
+    it = iter(range(len(argv)))
+    for i in it:
+        tok = argv[i]
+        if tok in _VECTOR_OPTIONS and i + 1 < len(argv) and _NUMBERS.match(argv[i + 1]):
+            out.append(f"{tok}={argv[i + 1]}")
+            next(it, None)
+        else:
+            out.append(tok)
+    return out
+
+
 def _error(message: str) -> None:
     print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
 
@@ -138,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(_join_vector_values(sys.argv[1:] if argv is None else list(argv)))
     except SystemExit as exc:  # --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     run: Runner | None = getattr(args, "_run", None)

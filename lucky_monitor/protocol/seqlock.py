@@ -55,23 +55,30 @@ def seqlock_read(
     copy: Callable[[], object],
     *,
     max_retries: int = DEFAULT_RETRIES,
+    spin_s: float = 0.003,
 ) -> SeqlockResult:
-    """Run ``copy`` under the seqlock ``read_seq``; retry at most ``max_retries`` times.
+    """Run ``copy`` under the seqlock ``read_seq``.
 
-    ``copy`` must write into a buffer the caller owns; on ``ok == False`` that
-    buffer holds garbage and the caller must keep showing its previous frame.
+    While the writer holds the lock (odd ``image_seq``) the reader re-reads
+    the counter, without copying, for at most ``spin_s`` seconds. A copy that
+    overlapped a write is discarded (``torn`` counts them) and retried at most
+    ``max_retries`` times. On ``ok == False`` the destination holds garbage
+    and the caller must keep showing its previous frame.
     """
     torn = 0
-    for _ in range(max_retries + 1):
+    deadline = time.perf_counter() + spin_s
+    while True:
         s1 = read_seq()
         if s1 & 1:
-            torn += 1
-            continue
+            if time.perf_counter() < deadline:
+                continue
+            return SeqlockResult(False, 0, torn)
         copy()
         if read_seq() == s1:
             return SeqlockResult(True, s1, torn)
         torn += 1
-    return SeqlockResult(False, 0, torn)
+        if torn > max_retries:
+            return SeqlockResult(False, 0, torn)
 
 
 @dataclass(frozen=True)
@@ -96,34 +103,34 @@ def hot_read(
     *,
     free_run: bool,
     max_retries: int = DEFAULT_RETRIES,
-    spin_s: float = 0.002,
+    spin_s: float = 0.0005,
 ) -> HotReadResult:
-    """Copy the hot arrays with ``copy`` and tell whether the copy is whole.
+    """Copy the hot arrays with ``copy`` and tell how well the copy is guarded.
 
     In lock-step the engine writes only while ``action_seq == frame_seq``; a
     copy that starts and ends in the trainer's turn of the same frame saw no
-    engine write. While the engine holds the turn the reader spins on the two
-    counters (no copying) for at most ``spin_s`` seconds waiting for the
-    trainer's turn; a copy that overlaps an engine write is retried at most
-    ``max_retries`` times. In free-run only an unchanged ``frame_seq`` is
-    checked.
+    engine write (``checked == "lockstep"``). While the engine holds the turn
+    the reader spins on the two counters (no copying) for at most ``spin_s``
+    seconds. An engine that keeps the turn longer (a realtime engine waiting
+    for its next time slot holds it for most of the period) gets the same
+    best-effort check as free-run: an unchanged ``frame_seq`` across the copy
+    (``checked == "frame_seq"``). ``torn`` counts copies discarded because a
+    check failed; they are retried at most ``max_retries`` times.
     """
     torn = 0
-    checked = "frame_seq" if free_run else "lockstep"
     deadline = time.perf_counter() + spin_s
     f1 = a1 = 0
-    attempts = 0
-    while attempts <= max_retries:
+    checked = "frame_seq" if free_run else "lockstep"
+    while True:
         f1, a1 = read_frame(), read_action()
-        if not free_run and a1 == f1 and f1 != 0:
-            # The engine holds the turn and may be writing right now.
+        if checked == "lockstep" and a1 == f1 and f1 != 0:
             if time.perf_counter() < deadline:
-                continue
-            return HotReadResult(False, f1, a1, torn + 1, checked)
-        attempts += 1
+                continue  # the engine holds the turn and may be writing right now
+            checked = "frame_seq"
         copy()
         f2, a2 = read_frame(), read_action()
-        if f2 == f1 and (free_run or a2 != f2):
+        if f2 == f1 and (checked == "frame_seq" or a2 != f2):
             return HotReadResult(True, f1, a1, torn, checked)
         torn += 1
-    return HotReadResult(False, f1, a1, torn, checked)
+        if torn > max_retries:
+            return HotReadResult(False, f1, a1, torn, checked)

@@ -89,8 +89,12 @@ class MainWindow(QtWidgets.QMainWindow):
         split = QtWidgets.QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.grid)
         split.addWidget(self.plots)
+        self.grid.setMinimumHeight(260)
+        self.plots.setMinimumHeight(330)
+        split.setChildrenCollapsible(False)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
+        split.setSizes([560, 440])
         self.splitter = split
         self.setCentralWidget(split)
 

@@ -27,11 +27,17 @@ def test_seqlock_stable_copy_is_ok():
     assert (dst == src).all()
 
 
-def test_seqlock_skips_odd_then_succeeds():
+def test_seqlock_waits_out_a_write_without_copying():
     copies = []
-    r = seqlock_read(ScriptedCounter(5, 6, 6), lambda: copies.append(1))
-    assert r.ok and r.seq == 6 and r.torn == 1
+    r = seqlock_read(ScriptedCounter(5, 5, 5, 6, 6), lambda: copies.append(1))
+    assert r.ok and r.seq == 6 and r.torn == 0
     assert len(copies) == 1  # no copy was made while the writer held the lock
+
+
+def test_seqlock_gives_up_on_a_writer_that_keeps_the_lock():
+    copies = []
+    r = seqlock_read(lambda: 7, lambda: copies.append(1), spin_s=0.001)
+    assert not r.ok and copies == []
 
 
 def test_seqlock_detects_overlapping_write():
@@ -58,7 +64,14 @@ def test_hot_read_rejects_copy_overlapping_engine_turn():
     frames = ScriptedCounter(7, 7, 7)
     actions = ScriptedCounter(6, 7, 7)
     r = hot_read(frames, actions, lambda: None, free_run=False, max_retries=0, spin_s=0)
-    assert not r.ok and r.torn >= 1
+    assert not r.ok and r.torn == 1
+
+
+def test_hot_read_falls_back_to_frame_check_when_the_engine_keeps_the_turn():
+    # A realtime engine waiting for its time slot holds the turn for most of a period.
+    copies = []
+    r = hot_read(lambda: 9, lambda: 9, lambda: copies.append(1), free_run=False, spin_s=0.001)
+    assert r.ok and r.checked == "frame_seq" and len(copies) == 1
 
 
 def test_hot_read_waits_out_engine_turn():
