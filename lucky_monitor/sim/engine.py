@@ -178,6 +178,7 @@ class ReferenceEngine:
         self._client_checked: tuple[int, float] = (0, 0.0)
         self._idle_since = time.perf_counter()
         self._current_cid = 0
+        self._image_buf: np.ndarray | None = None
         self._handlers: dict[m.MethodId, Callable[[_Pair, object], object]] = self._make_handlers()
         self._publish_initial()
 
@@ -333,9 +334,14 @@ class ReferenceEngine:
         ):
             return
         self._last_render = now
+        if self._image_buf is None:
+            self._image_buf = np.empty_like(seg.images)
+        # Render privately, then hold the seqlock only for one copy: readers
+        # then see image_seq odd for ~a memcpy, not for the whole render.
+        self.renderer.render(self.sim, self._image_buf)
         seq = seg.counter("image_seq")
         seg.set("image_seq", seq + 1)  # odd: writing
-        self.renderer.render(self.sim, seg.images)
+        np.copyto(seg.images, self._image_buf)
         seg.set("image_frame_seq", frame)
         seg.set("image_seq", seq + 2)  # even: stable
         self.images_published += 1
