@@ -127,6 +127,8 @@ class _Attached:
     server_alive: bool = True
     client_alive: bool = True
     pids_checked_at: float = -1e9
+    client_pid: int = 0
+    client_since: float = 0.0  # when client_pid last changed
     samples: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
     turns: collections.deque = field(default_factory=lambda: collections.deque(maxlen=120))
 
@@ -323,6 +325,9 @@ class MonitorCore:
         if heartbeat != att.last_heartbeat:
             att.last_heartbeat = heartbeat
             att.heartbeat_changed_at = now
+        if client_pid != att.client_pid:
+            att.client_pid = client_pid
+            att.client_since = now
         free_run = client_pid == 0
         gap = frame_seq - action_seq
         if free_run:
@@ -405,6 +410,9 @@ class MonitorCore:
             self._set(LinkState.FREE_RUNNING, text)
         elif not att.client_alive:
             self._set(LinkState.TRAINER_LOST, f"trainer pid {client_pid} exited")
+        elif frame_seq - action_seq > 1 and now - att.client_since < self.stall_after:
+            # Between the trainer's claim and its first step action_seq is still the free-run value.
+            self._set(LinkState.WAITING_FOR_TRAINER, f"trainer pid {client_pid} attaching, first step pending")
         elif frame_seq - action_seq not in (0, 1):
             self._set(
                 LinkState.VIOLATION,

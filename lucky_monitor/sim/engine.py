@@ -192,8 +192,8 @@ class ReferenceEngine:
             seg.truncateds[:] = 0
         self._render(1, force=True)
         self._heartbeat(force=True)
-        seg.set("frame_seq", 1)  # first observation; action_seq stays 0
-        seg.set("engine_state", 1)
+        seg.set("engine_state", 1)  # header and counters complete (LAYOUT 2.1 step 6) ...
+        seg.set("frame_seq", 1)  # ... then the first observation (step 7); action_seq stays 0
 
     def close(self) -> None:
         """Announce closing (``engine_state = 3``) and unlink the segment. Idempotent."""
@@ -670,7 +670,7 @@ class ReferenceEngine:
             if req.camera_name not in CAMERAS:
                 raise _Refused(f"camera {req.camera_name!r} unknown; cameras are {', '.join(CAMERAS)}")
             self.renderer.camera = req.camera_name
-        self.camera_fps = float(req.fps) if req.fps > 0 else self.cfg.camera_fps
+        self.camera_fps = float(req.fps)  # the schema: 0 = every step
         self.render_now()
         w, h = self.cfg.image or (0, 0)
         return m.StreamCameraResp(streaming=True, width=w, height=h)

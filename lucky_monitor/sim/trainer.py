@@ -39,7 +39,12 @@ from ..protocol.ring import RingReader, RingWriter
 from ..transport.discovery import pid_alive
 from ..transport.shm import TrainerSegment
 
+#: spin-yield this long while waiting for a frame before napping (deterministic/fast engines) ...
 SPIN_S = 0.002
+#: ... and for a realtime engine, whose frames come on its clock anyway: spinning would only burn CPU
+SPIN_REALTIME_S = 0.0002
+#: naps between polls after the spin: short for deterministic/fast, longer for realtime
+NAP_S, NAP_REALTIME_S = 0.0002, 0.001
 
 
 class TrainerBusy(LuckyMonitorError):
@@ -147,18 +152,19 @@ class SharedMemoryClient:
         counter = seg.counter
         t0 = time.perf_counter()
         next_check = t0 + 0.25
+        spin, nap = (SPIN_S, NAP_S) if counter("sim_mode") else (SPIN_REALTIME_S, NAP_REALTIME_S)
         while True:
             f = counter("frame_seq")
             if ready(f, counter("action_seq")):
                 return f
             now = time.perf_counter()
-            if now - t0 < SPIN_S:
+            if now - t0 < spin:
                 os.sched_yield()
                 continue
             if now >= next_check:
                 next_check = now + 0.25
                 self._check_engine(now - t0, what)
-            time.sleep(0.0002)
+            time.sleep(nap)
 
     def _check_engine(self, waited: float, what: str) -> None:
         seg = self.seg

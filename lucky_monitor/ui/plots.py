@@ -71,7 +71,10 @@ SELECTED_COLOURS: tuple[str, ...] = (
     "#46f0f0",
     "#f032e6",
 )
-_SAMPLES_TEXT = "engine steps faster than the poll: values are samples ({n} frames skipped)"
+_SAMPLES_TEXT = (
+    "not every frame reaches the 60 Hz poll (engine faster, or monitor busy): "
+    "values are samples ({n} frames skipped)"
+)
 _MIN_RASTER_BINS = 64
 
 
@@ -323,7 +326,7 @@ class PlotsPanel(QtWidgets.QWidget):
 
         self.reward_plot = ci.addPlot(row=0, col=0, title="reward")
         self.reward_plot.setLabel("left", "reward")
-        self.legend = self.reward_plot.addLegend(offset=(10, 10), brush=(0, 0, 0, 150))
+        self.legend = self.reward_plot.addLegend(offset=(-10, 4), brush=(0, 0, 0, 150), colCount=4)
         band_pen = pg.mkPen((90, 140, 255, 140), width=1)
         self.band_low = pg.PlotDataItem(pen=band_pen)
         self.band_high = pg.PlotDataItem(pen=band_pen, name=BAND_MODES[0][1])
@@ -338,7 +341,7 @@ class PlotsPanel(QtWidgets.QWidget):
         self.counts_plot.setLabel("left", "envs")
         self.counts_plot.setLabel("bottom", "frame_seq")
         self.counts_plot.setXLink(self.reward_plot)
-        self.counts_plot.addLegend(offset=(10, 10), brush=(0, 0, 0, 150))
+        self.counts_plot.addLegend(offset=(-10, 4), brush=(0, 0, 0, 150), colCount=2)
         self.dones_curve = pg.PlotDataItem(
             pen=pg.mkPen((255, 120, 80), width=1),
             brush=(255, 120, 80, 90),

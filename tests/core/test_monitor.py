@@ -91,7 +91,7 @@ def test_lockstep_turns_and_trainer_states(engine):
         client.close()
 
 
-def test_violation_and_stall_are_reported(segment_factory):
+def test_attach_transient_then_violation_then_stall(segment_factory):
     seg = segment_factory(num_envs=2, obs_size=2, act_size=1)
     clock = Clock()
     seg.set("engine_state", 1)
@@ -100,6 +100,15 @@ def test_violation_and_stall_are_reported(segment_factory):
     seg.set("client_pid", os.getpid())
     seg.set("heartbeat_ns", 1)
     core = MonitorCore(seg.name, clock=clock)
+    core.poll()
+    # Right after a trainer claimed client_pid, action_seq still holds the free-run value.
+    assert core.status.state is LinkState.WAITING_FOR_TRAINER
+    assert "attaching" in core.status.text
+    clock.t += 1.5
+    seg.set("heartbeat_ns", 2)
+    core.poll()
+    clock.t += 1.0
+    seg.set("heartbeat_ns", 3)
     core.poll()
     assert core.status.state is LinkState.VIOLATION
     assert "frame_seq - action_seq = 7" in core.status.reason
