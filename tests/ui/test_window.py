@@ -200,3 +200,42 @@ def test_bad_window_arguments_exit_cleanly(subprocess_env, tmp_path):
         assert r.returncode != 0, args
         assert "Traceback" not in r.stderr
         assert r.stderr.strip().splitlines()[-1].startswith("lucky-monitor: error: "), r.stderr
+
+
+def test_traffic_table_shows_the_panels_commands_and_filters(qtbot, window):
+    name = unique_segment_name("traffic")
+    eng = ReferenceEngine(EngineConfig(name=name, num_envs=4, obs_size=8, act_size=1, image=(16, 16), hz=50))
+    timer = QtCore.QTimer()
+    timer.timeout.connect(eng.serve_commands)
+    timer.start(1)
+    try:
+        win = window(name)
+        qtbot.waitUntil(lambda: win.backend.value("toolsAvailable") is True, timeout=5000)
+        win.backend.setSimMode(2)
+        win.backend.drawArrow(0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, False)
+        model = win.traffic.model
+
+        def methods():
+            return [model.entry(r).method for r in range(model.rowCount())]
+
+        qtbot.waitUntil(lambda: {"SetSimulationModeResp", "DrawResp"} <= set(methods()), timeout=5000)
+        row = methods().index("DrawResp")
+        assert model.data(model.index(row, 1)) == "engine → monitor"
+        assert model.data(model.index(row, 5)).endswith(" ms")
+        win.traffic.filter_edit.setText("draw")
+        assert set(methods()) == {"DrawReq", "DrawResp"}
+        assert eng.seg.counter("sim_mode") == 2
+    finally:
+        timer.stop()
+        eng.close()
+
+
+def test_selecting_envs_overlays_them_and_settings_persist(qtbot, engine, window, settings):
+    win = window(engine.name)
+    wait_state(qtbot, win, LinkState.FREE_RUNNING)
+    qtbot.waitUntil(lambda: win.history.num_envs == 9, timeout=5000)
+    win.grid.select_env(3)
+    assert win.history.selected == (3,)
+    win.grid.columns_spin.setValue(2)
+    win.close()
+    assert settings.value("grid/columns", type=int) == 2
