@@ -6,12 +6,16 @@ Every benchmark prints one JSON object per line: its own figures merged with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import select
+import signal
 import statistics
+import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 __all__ = ["emit", "load_average", "machine_facts", "percentile", "process_cpu_seconds", "summarize_us"]
@@ -95,3 +99,42 @@ def emit(figures: Mapping[str, Any], *, facts: Mapping[str, Any] | None = None) 
     obj = {**figures, **(machine_facts() if facts is None else facts)}
     sys.stdout.write(json.dumps(obj, sort_keys=False) + "\n")
     sys.stdout.flush()
+
+
+# ---------------------------------------------------------------- child processes
+def lucky(*args: str) -> list[str]:
+    return [sys.executable, "-m", "lucky_monitor", *args]
+
+
+@contextlib.contextmanager
+def child(
+    argv: list[str], env: dict[str, str] | None = None, stderr_path: str | None = None
+) -> Iterator[subprocess.Popen]:
+    """A child process with stdout piped, stderr to a file; SIGTERM then kill on exit."""
+    err = open(stderr_path or os.devnull, "w", encoding="utf-8")  # closed in finally
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+    except BaseException:
+        err.close()
+        raise
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        proc.stdout.close()
+        err.close()
+
+
+def first_line(proc: subprocess.Popen, timeout: float = 60.0) -> str:
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    line = proc.stdout.readline().strip() if ready else ""
+    if not line:
+        proc.kill()
+        raise SystemExit(f"child {proc.args!r} printed nothing on stdout")
+    return line

@@ -49,23 +49,20 @@ minute; the default takes 400 samples and an 8 s window.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import secrets
-import select
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import emit, machine_facts, percentile, process_cpu_seconds
+from _common import child, emit, first_line, lucky, machine_facts, percentile, process_cpu_seconds
 
 BUDGET_MS = 1000.0 / 60.0 / 2.0
 CPU_START_S = 4.0
@@ -89,44 +86,6 @@ CONFIGS = [Config(64, 64, 64), Config(16, 256, 256), Config(256, 128, 128)]
 
 
 # ---------------------------------------------------------------------------- children
-def lucky(*args: str) -> list[str]:
-    return [sys.executable, "-m", "lucky_monitor", *args]
-
-
-@contextlib.contextmanager
-def child(
-    argv: list[str], env: dict[str, str] | None = None, stderr_path: str | None = None
-) -> Iterator[subprocess.Popen]:
-    """A child process with stdout piped, stderr to a file; SIGTERM then kill on exit."""
-    err = open(stderr_path or os.devnull, "w", encoding="utf-8")  # closed in finally
-    try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
-    except BaseException:
-        err.close()
-        raise
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        proc.stdout.close()
-        err.close()
-
-
-def first_line(proc: subprocess.Popen, timeout: float = 60.0) -> str:
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    line = proc.stdout.readline().strip() if ready else ""
-    if not line:
-        proc.kill()
-        raise SystemExit(f"child {proc.args!r} printed nothing on stdout")
-    return line
-
-
 def engine_argv(cfg: Config, name: str) -> list[str]:
     return lucky(
         "sim",

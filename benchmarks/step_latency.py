@@ -41,9 +41,7 @@ import argparse
 import contextlib
 import os
 import secrets
-import select
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -53,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import emit, machine_facts, process_cpu_seconds, summarize_us
+from _common import child, emit, first_line, lucky, machine_facts, process_cpu_seconds, summarize_us
 
 SERVICE, METHOD = "lrbc.bench.Stepper", "Step"
 GRPC_OPTIONS = [("grpc.max_send_message_length", 256 << 20), ("grpc.max_receive_message_length", 256 << 20)]
@@ -130,36 +128,6 @@ def action_batches(cfg: Config, k: int = 8) -> list[np.ndarray]:
 
 
 # ---------------------------------------------------------------------------- children
-@contextlib.contextmanager
-def child(argv: list[str]) -> Iterator[subprocess.Popen]:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
-
-
-def first_line(proc: subprocess.Popen, timeout: float = 60.0) -> str:
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    line = proc.stdout.readline().strip() if ready else ""
-    if not line:
-        proc.kill()
-        raise SystemExit(f"child {proc.args!r} printed nothing: {proc.stderr.read().strip()}")
-    return line
-
-
-def lucky(*args: str) -> list[str]:
-    return [sys.executable, "-m", "lucky_monitor", *args]
-
-
 def segment_name(tag: str) -> str:
     return f"LuckyEngine_bench_{tag}_{os.getpid()}_{secrets.token_hex(3)}"
 

@@ -356,6 +356,9 @@ class PlotsPanel(QtWidgets.QWidget):
         self.raster_plot = ci.addPlot(row=2, col=0, title="reward raster")
         self.raster_plot.setLabel("left", "env")
         self.raster_plot.setLabel("bottom", "frame_seq")
+        for plot in (self.reward_plot, self.counts_plot, self.raster_plot):
+            for side in ("left", "bottom"):
+                plot.getAxis(side).enableAutoSIPrefix(False)  # rewards read as rewards, not "x0.001"
         self.raster_image = pg.ImageItem(axisOrder="col-major")
         self.raster_plot.addItem(self.raster_image)
         self.colorbar = pg.ColorBarItem(colorMap=pg.colormap.get("viridis"), interactive=True, rounding=1e-6)
