@@ -314,7 +314,7 @@ class ReferenceEngine:
             seg.truncateds[:] = sim.truncateds
         if ended.any():
             sim.reset(ended)
-        sim.write_obs(seg.obs)
+        sim.write_obs(seg.obs, clear_tail=False)  # the padding columns stay zero from the first write
         self._render(frame + 1)
         self.steps += 1
         seg.set("frame_seq", frame + 1)
