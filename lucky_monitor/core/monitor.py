@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..protocol.errors import LuckyMonitorError
+from ..protocol.errors import HeaderError, LuckyMonitorError
 from ..protocol.header import Header
 from ..protocol.seqlock import hot_read, seqlock_read
 from ..transport.discovery import newest_live, pid_alive
@@ -248,8 +248,6 @@ class MonitorCore:
         try:
             seg = Segment.attach(name)
         except LuckyMonitorError as exc:
-            from ..protocol.errors import HeaderError
-
             if isinstance(exc, HeaderError):
                 self._set(LinkState.INCOMPATIBLE, f"{name}: incompatible", str(exc))
             else:

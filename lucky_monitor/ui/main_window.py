@@ -20,11 +20,11 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
 from ..core.history import History
-from ..core.monitor import LinkState, MonitorCore
+from ..core.monitor import MonitorCore
 from ..core.tiler import FrameMeta
 from ..core.traffic import TrafficLog
 from ..protocol.errors import LuckyMonitorError
-from .backend import MonitorBackend
+from .backend import MonitorBackend, state_color
 from .image_grid import ImageGridWidget
 from .plots import PlotsPanel
 from .qml_host import make_quick_widget
@@ -33,24 +33,6 @@ from .traffic_view import TrafficView
 POLL_HZ = 60
 PLOT_EVERY = 6  # ticks: 10 Hz (axis layout is the plots' main cost)
 TRAFFIC_EVERY = 12  # ticks: 5 Hz
-STATE_COLORS = {
-    "good": "#3fb950",
-    "wait": "#d29922",
-    "bad": "#f85149",
-    "idle": "#8b949e",
-}
-
-
-def state_tone(state: LinkState) -> str:
-    if state in (LinkState.CONNECTED, LinkState.FREE_RUNNING, LinkState.ENGINE_STEPPING):
-        return "good"
-    if state in (LinkState.WAITING_FOR_TRAINER, LinkState.INITIALISING, LinkState.PAUSED,
-                 LinkState.TRAINER_LOST, LinkState.CLOSING):
-        return "wait"
-    if state is LinkState.SEARCHING:
-        return "idle"
-    return "bad"
-
 
 class MainWindow(QtWidgets.QMainWindow):
     """The whole monitor. ``name=None`` follows the newest live segment.
@@ -241,10 +223,9 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _update_status(self) -> None:
         st = self.core.status
-        tone = state_tone(st.state)
         text = st.text + (f" — {st.reason}" if st.reason else "") + (f"   ({st.notice})" if st.notice else "")
         self.state_label.setText(text)
-        self.state_label.setStyleSheet(f"color: {STATE_COLORS[tone]};")
+        self.state_label.setStyleSheet(f"color: {state_color(st.state)};")
         r = self.core.rates
         if self.core.header is not None:
             self.rate_label.setText(f"{r.frames_per_s:8.1f} frames/s   {r.images_per_s:5.1f} images/s   "
