@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import os
 import queue
-import sys
 import threading
 import time
 
@@ -58,14 +57,6 @@ def _pump(child, prefix: str, lines: queue.Queue[str], echo: bool) -> None:
             print(f"[{prefix}] {line.rstrip()}", flush=True)
 
 
-def has_display() -> bool:
-    if os.environ.get("QT_QPA_PLATFORM"):
-        return True
-    if sys.platform.startswith("linux"):
-        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-    return True
-
-
 def status_line(core: MonitorCore) -> str:
     st = core.status
     r = core.rates
@@ -103,16 +94,17 @@ def run_demo(args: argparse.Namespace) -> int:
             threading.Thread(target=_pump, args=(trainer, "train", queue.Queue(), True), daemon=True).start()
             print(f"trainer pid {trainer.pid} drives it in lock-step ({args.policy} policy)", flush=True)
 
-        if args.headless or (not has_display() and not args.screenshot):
-            if not args.headless:
-                print("no display found: status lines only (use --screenshot FILE --quit-after S for a picture)",
-                      flush=True)
+        from .ui.app import DisplayError, check_display, run_window
+
+        if args.headless:
             return _status_loop(name, flag, args.quit_after)
-        if args.screenshot and not has_display():
-            os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        try:
+            check_display(bool(args.screenshot))
+        except DisplayError as exc:
+            print(f"{exc}\nno window: status lines only", flush=True)
+            return _status_loop(name, flag, args.quit_after)
         print("opening the monitor window", flush=True)
         flag.restore()  # the window installs its own Ctrl-C handling
-        from .ui.app import run_window
 
         args.shm = name
         return run_window(args)

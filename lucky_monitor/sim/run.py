@@ -8,6 +8,7 @@ segment, the trainer releases ``client_pid``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -125,6 +126,7 @@ def run_sim(args: argparse.Namespace, *, announce: Callable[[str], None] | None 
     """``lucky-monitor sim``: create the segment, print its name, serve until signalled."""
     cfg = config_from_args(args)
     flag = StopFlag()
+    die_with_parent()
     try:
         engine = ReferenceEngine(cfg)
         try:
@@ -140,6 +142,7 @@ def run_sim(args: argparse.Namespace, *, announce: Callable[[str], None] | None 
 def run_train(args: argparse.Namespace) -> int:
     """``lucky-monitor train``: step the engine with a policy, print progress once a second."""
     flag = StopFlag()
+    die_with_parent()
     try:
         client = SharedMemoryClient(args.shm, timeout_s=args.timeout)
         try:
@@ -175,15 +178,42 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+PARENT_ENV = "LUCKY_MONITOR_PARENT_PID"
+
+
 def spawn(args: list[str]) -> subprocess.Popen:
-    """Start ``python -m lucky_monitor ARGS`` as a child in its own process group."""
+    """Start ``python -m lucky_monitor ARGS`` as a child in its own process group.
+
+    The child is told its parent's pid (``LUCKY_MONITOR_PARENT_PID``) and asks
+    the kernel for SIGTERM when that parent dies (:func:`die_with_parent`), so
+    even a parent killed outright leaves no engine or trainer behind.
+    """
+    env = dict(os.environ, **{PARENT_ENV: str(os.getpid())})
     return subprocess.Popen(
         [sys.executable, "-m", "lucky_monitor", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        env=env,
     )
+
+
+def die_with_parent() -> None:
+    """In a child started by :func:`spawn`: get SIGTERM when the parent dies (Linux).
+
+    Elsewhere, or when not started by :func:`spawn`, this does nothing.
+    """
+    want = os.environ.get(PARENT_ENV)
+    if not want or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    if str(os.getppid()) != want:  # the parent is already gone
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def stop_children(children: list[subprocess.Popen], timeout: float = 5.0) -> None:

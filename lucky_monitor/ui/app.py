@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 
 from ..protocol.errors import LuckyMonitorError
@@ -15,24 +16,43 @@ class DisplayError(LuckyMonitorError):
     exit_code = 2
 
 
-def _check_display(screenshot: bool) -> None:
-    """Fail with a clear message instead of Qt's abort when there is no screen."""
+XCB_PACKAGES = ("libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 "
+                "libxcb-xkb1 libxkbcommon-x11-0 libxcb-shape0 libxcb-randr0 libxcb-xfixes0")
+
+_PROBE = "import sys\nfrom PySide6.QtGui import QGuiApplication\nQGuiApplication(sys.argv[:1])\n"
+
+
+def check_display(screenshot: bool = False) -> None:
+    """Fail with one clear message where Qt would abort the process.
+
+    Qt calls ``abort()`` when it has no screen or when its platform plugin
+    cannot load (on Linux the xcb plugin needs a few X libraries that minimal
+    systems lack), so both are checked first: the second in a short-lived
+    child process, only when the xcb plugin is about to be used.
+    """
     if os.environ.get("QT_QPA_PLATFORM") or not sys.platform.startswith("linux"):
         return
-    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
-        return
-    if screenshot:
-        os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a picture needs no screen
-        return
-    raise DisplayError("no display (DISPLAY/WAYLAND_DISPLAY unset); run under a desktop, use xvfb-run, "
-                       "or pass --screenshot FILE --quit-after S to render offscreen")
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        if screenshot:
+            os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a picture needs no screen
+            return
+        raise DisplayError("no display (DISPLAY/WAYLAND_DISPLAY unset); run under a desktop, use xvfb-run, "
+                           "or pass --screenshot FILE --quit-after S to render offscreen")
+    try:
+        probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DisplayError(f"could not start Qt on this display: {exc}") from None
+    if probe.returncode != 0:
+        hint = next((ln for ln in probe.stderr.splitlines() if "qt.qpa" in ln or "could not" in ln.lower()), "")
+        raise DisplayError(f"Qt cannot open a window on this display ({hint.strip() or 'platform plugin failed'}); "
+                           f"on Debian/Ubuntu: sudo apt-get install {XCB_PACKAGES}")
 
 
 def run_window(args: argparse.Namespace) -> int:
     name = args.shm or os.environ.get("LUCKY_SHM_NAME") or None
     if name is not None:
         validate_name(name)
-    _check_display(bool(args.screenshot))
+    check_display(bool(args.screenshot))
 
     from PySide6 import QtCore, QtWidgets
 
