@@ -38,7 +38,7 @@ import numpy as np
 
 from ..protocol import header as hdr
 from ..protocol import messages as m
-from ..protocol.envelope import Envelope, decode, encode
+from ..protocol.envelope import Envelope, decode, encode, error_response
 from ..protocol.errors import EnvelopeError, LuckyMonitorError, RingCorrupt, RingFull
 from ..protocol.ring import RingReader, RingWriter, max_payload
 from ..transport.discovery import pid_alive
@@ -392,9 +392,8 @@ class ReferenceEngine:
         try:
             mid = m.MethodId(method)
         except ValueError:
-            self._reply(
-                pair, Envelope(m.MethodId.Unset, req.correlation_id, None, f"unknown method 0x{int(method):04X}")
-            )
+            # An unknown method's error echoes its id (LAYOUT §10).
+            self._reply(pair, error_response(req, f"unknown method 0x{int(method):04X}"))
             return
         resp_id = m.RESPONSE_OF.get(mid)
         if resp_id is None:

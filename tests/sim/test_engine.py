@@ -530,6 +530,7 @@ def test_error_envelopes_for_unknown_and_non_request_methods(make_engine, tools_
     tools = tools_for(eng)
     env = tools.ask(0x0999)
     assert "unknown method" in env.error_message and env.payload is None
+    assert env.method == 0x0999  # an unknown id is echoed (LAYOUT §10)
     env = tools.ask(0x05FF)  # unknown id inside a known service group
     assert env.error_message and env.payload is None
     env = tools.ask(MethodId.DrawResp, m.DrawResp(success=True))
