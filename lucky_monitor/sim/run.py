@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..protocol import messages as m
 from ..protocol.errors import LuckyMonitorError
 from .engine import FORMATS, EngineConfig, ReferenceEngine
 from .trainer import PDPolicy, RandomPolicy, SharedMemoryClient
@@ -162,13 +163,17 @@ def run_train(args: argparse.Namespace) -> int:
                 obs = res.obs
                 ret += res.rewards
                 now = time.monotonic()
-                if not args.quiet and now - t_report >= 1.0:
-                    rate = (client.steps - steps_at_report) / (now - t_report)
-                    print(
-                        f"step {client.steps}  {rate:7.0f} steps/s  mean reward {float(res.rewards.mean()):+.3f}  "
-                        f"dones {int(res.dones.sum())}",
-                        flush=True,
-                    )
+                if now - t_report >= 1.0:
+                    # Once a second, like a real training loop's logging: read one env's
+                    # joint state over the command ring (traffic a monitor can see).
+                    joints = client.request(m.MethodId.GetJointStateReq, m.GetJointStateReq(env_id=0)).payload
+                    if not args.quiet:
+                        rate = (client.steps - steps_at_report) / (now - t_report)
+                        print(
+                            f"step {client.steps}  {rate:7.0f} steps/s  mean reward {float(res.rewards.mean()):+.3f}  "
+                            f"dones {int(res.dones.sum())}  env 0 q {', '.join(f'{v:+.2f}' for v in joints.positions)}",
+                            flush=True,
+                        )
                     t_report, steps_at_report = now, client.steps
             print(f"trainer done after {client.steps} steps", flush=True)
         finally:
