@@ -206,3 +206,29 @@ def test_segment_views_are_read_only_for_the_monitor(engine):
     with Segment.attach(engine.name) as seg:
         with pytest.raises(ValueError):
             seg.rewards[0] = 1.0
+
+
+def test_auto_follows_the_newest_live_segment():
+    prefix = f"LuckyAutoTest{os.getpid()}_"
+    clock = Clock()
+    core = MonitorCore(None, prefix=prefix, clock=clock)
+    core.poll()
+    assert core.status.state is LinkState.SEARCHING and prefix in core.status.text
+    older = ReferenceEngine(EngineConfig(name=prefix + "a", num_envs=2, obs_size=8, act_size=1, image=None))
+    try:
+        os.utime(older.seg.path, (1, 1))  # make it clearly the older one
+        newer = ReferenceEngine(EngineConfig(name=prefix + "b", num_envs=3, obs_size=8, act_size=1, image=None))
+        try:
+            clock.t += 1  # past the search's retry delay
+            core.poll()
+            assert core.segment is not None and core.segment.name == prefix + "b"
+            assert core.header.num_envs == 3
+        finally:
+            newer.close()
+        clock.t += 1
+        core.poll()  # the followed engine is gone ...
+        core.poll()  # ... so the next live one is taken
+        assert core.segment is not None and core.segment.name == prefix + "a"
+    finally:
+        older.close()
+        core.close()
