@@ -31,7 +31,8 @@ from .qml_host import make_quick_widget
 from .traffic_view import TrafficView
 
 POLL_HZ = 60
-PLOT_EVERY = 6  # ticks: 10 Hz (axis layout is the plots' main cost)
+PLOT_EVERY = 6  # ticks: plots refresh at 10 Hz (axis layout is their main cost) ...
+PLOT_EVERY_MAX = 30  # ... and back off to 2 Hz when painting makes the poll late
 TRAFFIC_EVERY = 12  # ticks: 5 Hz
 
 class MainWindow(QtWidgets.QMainWindow):
@@ -63,6 +64,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self._paused = False
         self._last_title = ""
         self._tick_cost = 0.0
+        self._plot_every = PLOT_EVERY
+        self._since_plot = 0
+        self._last_tick = 0.0
+        self._gap_ema = 1.0 / POLL_HZ
 
         # --- centre: images over plots
         self.grid = ImageGridWidget()
@@ -211,7 +216,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self._ticks += 1
         if self._ticks % 2 == 0:
             self.backend.update(core)
-        if self._ticks % PLOT_EVERY == 0 and not self._paused:
+        self._since_plot += 1
+        if self._since_plot >= self._plot_every and not self._paused:
+            self._since_plot = 0
             self.plots.update_view()
         if self._ticks % TRAFFIC_EVERY == 0 and self.traffic_log is not None and core.segment is not None:
             self.traffic_log.poll()
@@ -220,6 +227,22 @@ class MainWindow(QtWidgets.QMainWindow):
         if self._ticks % 15 == 0:
             self._update_status()
         self._tick_cost = time.perf_counter() - t0
+        self._adapt_plot_rate(t0)
+
+    def _adapt_plot_rate(self, now: float) -> None:
+        """Keep the poll near 60 Hz: when repaints make ticks late, refresh the plots less often.
+
+        The data path (poll, history, images) runs every tick regardless; only
+        the plots' repaint, by far the costliest paint, is thinned out.
+        """
+        if self._last_tick:
+            self._gap_ema += 0.05 * ((now - self._last_tick) - self._gap_ema)
+        self._last_tick = now
+        nominal = 1.0 / POLL_HZ
+        if self._gap_ema > 1.25 * nominal:
+            self._plot_every = min(PLOT_EVERY_MAX, self._plot_every + 1)
+        elif self._gap_ema < 1.1 * nominal:
+            self._plot_every = max(PLOT_EVERY, self._plot_every - 1)
 
     def _update_status(self) -> None:
         st = self.core.status

@@ -239,3 +239,19 @@ def test_selecting_envs_overlays_them_and_settings_persist(qtbot, engine, window
     win.grid.columns_spin.setValue(2)
     win.close()
     assert settings.value("grid/columns", type=int) == 2
+
+
+def test_plots_back_off_when_painting_makes_the_poll_late(window):
+    from lucky_monitor.ui import main_window as mw
+
+    win = window(unique_segment_name("absent"))
+    win.timer.stop()
+    t = 100.0
+    for _ in range(200):  # ticks arriving every 40 ms instead of every 16.7 ms
+        t += 0.040
+        win._adapt_plot_rate(t)
+    assert win._plot_every == mw.PLOT_EVERY_MAX
+    for _ in range(400):  # on time again
+        t += 1 / mw.POLL_HZ
+        win._adapt_plot_rate(t)
+    assert win._plot_every == mw.PLOT_EVERY
