@@ -192,10 +192,6 @@ class MonitorCore:
     def header(self) -> Header | None:
         return self._att.header if self._att else None
 
-    def live(self):
-        """Live header fields of the attached segment, or ``None``."""
-        return self._att.seg.live() if self._att else None
-
     def switch(self, name: str | None) -> None:
         """Follow another segment (``None``: the newest live one)."""
         self._detach()
