@@ -37,11 +37,13 @@ feeder calls :meth:`History.clear` first.
 from __future__ import annotations
 
 import csv
+import datetime
 import itertools
 import math
 import numbers
 import operator
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -74,6 +76,14 @@ SAMPLED_MEMORY = 120
 
 _NUMERIC_KINDS = frozenset("biuf")
 _MAX_SELECTION_ITEMS = 64
+
+
+def _iso(epoch: float) -> str:
+    """``2026-11-22T20:41:05.123Z`` (UTC, milliseconds); ``""`` for a time that cannot be shown."""
+    try:
+        return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+    except (OverflowError, OSError, ValueError):
+        return ""
 
 
 class HistoryError(LuckyMonitorError):
@@ -626,12 +636,15 @@ class History:
             ring_tail(self._raster, m, self._count),
         )
 
-    def to_csv(self, path_or_file: str | os.PathLike[str] | TextIO, seconds: float | None = None) -> int:
+    def to_csv(self, path_or_file: str | os.PathLike[str] | TextIO, seconds: float | None = None, *,
+               wall_offset: float | None = None) -> int:
         """Write the scalar series (and selected envs) as CSV, oldest first.
 
-        Columns: ``frame_seq,t,mean,min,max,p10,p90,dones,truncateds`` then
-        ``env_<id>`` for each selected env. Floats are written so that they
-        parse back to the same float64 (``nan`` where missing).
+        Columns: ``frame_seq,t_monotonic_s,wall_time,mean,min,max,p10,p90,dones,truncateds``
+        then ``env_<id>`` for each selected env. ``t_monotonic_s`` is the poll
+        time on the monotonic clock the history was fed with; ``wall_time`` the
+        same instant as UTC ISO 8601 with milliseconds. Floats are written so
+        that they parse back to the same float64 (``nan`` where missing).
 
         Parameters
         ----------
@@ -639,6 +652,9 @@ class History:
             Where to write; a path is created or truncated.
         seconds : float or None, optional
             Limit to the last ``seconds`` as in :meth:`window`.
+        wall_offset : float or None, optional
+            ``time.time() - time.monotonic()``: added to ``t`` to give wall time
+            (default: measured now, right for a history fed with ``time.monotonic``).
 
         Returns
         -------
@@ -651,11 +667,15 @@ class History:
             If ``seconds`` is invalid or the file cannot be written.
         """
         view = self.window(seconds, raster=False)
-        header = ["frame_seq", "t", "mean", "min", "max", "p10", "p90", "dones", "truncateds"]
+        offset = time.time() - time.monotonic() if wall_offset is None else float(wall_offset)
+        header = ["frame_seq", "t_monotonic_s", "wall_time", "mean", "min", "max", "p10", "p90", "dones",
+                  "truncateds"]
         header += [f"env_{env}" for env in view.selected]
+        wall = [_iso(t + offset) for t in view.t.tolist()]
         columns = [
             view.frame_seq.tolist(),
             view.t.tolist(),
+            wall,
             view.mean.tolist(),
             view.min.tolist(),
             view.max.tolist(),

@@ -25,7 +25,7 @@ from ..protocol.errors import HeaderError, LuckyMonitorError
 from ..protocol.header import Header
 from ..protocol.seqlock import hot_read, seqlock_read
 from ..transport.discovery import newest_live, pid_alive
-from ..transport.shm import Segment
+from ..transport.shm import Live, Segment
 
 
 class LinkState(enum.Enum):
@@ -85,10 +85,15 @@ class Frame:
 
 @dataclass
 class Rates:
-    """Rates over the last second and the lock-step turn split of the polls."""
+    """Rates over the last second and the lock-step turn split of the polls.
 
-    frames_per_s: float = 0.0
-    images_per_s: float = 0.0
+    ``frames_per_s`` and ``images_per_s`` are ``None`` until a rate can be
+    measured on the current attach (and again after a detach): a view shows
+    "—" then, never the last value of a dead session.
+    """
+
+    frames_per_s: float | None = None
+    images_per_s: float | None = None
     polls_engine_turn: int = 0
     polls_trainer_turn: int = 0
     polls_free_run: int = 0
@@ -101,12 +106,14 @@ class Rates:
 
 @dataclass
 class Counters:
+    """Counts of one attach; a new :class:`Counters` starts with every attach."""
+
     torn_images: int = 0
     torn_hot: int = 0
     images_copied: int = 0
     frames_seen: int = 0
     frames_skipped: int = 0
-    reattached: int = 0
+    late_polls: int = 0  # polls that came later than 1.5 poll periods after the previous one
 
 
 ImageSink = Callable[[np.ndarray], object]
@@ -172,7 +179,14 @@ class MonitorCore:
         self.counters = Counters()
         self.rates = Rates()
         self.images: np.ndarray | None = None
-        self.generation = 0  # bumps on every attach: geometry may have changed
+        self.generation = 0  # bumps on every attach and detach: geometry may have changed
+        self.reattached = 0  # segments recreated under the followed name and re-attached
+        self.live: Live | None = None  # the live fields read by the last poll (None when none was read)
+        self.copy_images = True  # False: follow image_seq for rates but copy no pixels
+        self.on_attach: Callable[[Header], None] | None = None  # called before the first copy of an attach
+        self.poll_period = 1.0 / 60.0
+        self._force_images = False
+        self._last_poll: float | None = None
         self._att: _Attached | None = None
         self._status = Status(LinkState.SEARCHING, self._searching_text(), name)
         self._next_try = 0.0
@@ -204,9 +218,17 @@ class MonitorCore:
         self._detach()
 
     # ----------------------------------------------------------------- poll
-    def poll(self) -> Frame | None:
-        """Do one 60 Hz step; return a :class:`Frame` when a new frame arrived."""
-        now = self.clock()
+    def poll(self, now: float | None = None) -> Frame | None:
+        """Do one 60 Hz step; return a :class:`Frame` when a new frame arrived.
+
+        Parameters
+        ----------
+        now
+            Monotonic seconds of this poll (default: :attr:`clock`).
+        """
+        if now is None:
+            now = self.clock()
+        self.live = None
         if self._att is None:
             if now < self._next_try:
                 self._refresh_notice(now)
@@ -216,7 +238,7 @@ class MonitorCore:
                 return None
         try:
             return self._poll_attached(now)
-        except (LuckyMonitorError, OSError, ValueError) as exc:  # segment vanished under us
+        except (LuckyMonitorError, OSError, ValueError, KeyError) as exc:  # segment vanished or closed under us
             self._lost(f"segment lost: {exc}", now)
             return None
 
@@ -256,7 +278,7 @@ class MonitorCore:
             return False
         key = (seg.name, h.session_id)
         if self._last_session is not None and self._last_session[0] == seg.name and self._last_session != key:
-            self.counters.reattached += 1
+            self.reattached += 1
             self._notice = (f"segment recreated → reattached (session {h.session_id:x})", now)
         self._last_session = key
         n = h.num_envs
@@ -275,13 +297,20 @@ class MonitorCore:
             self.images = None
         self.generation += 1
         self.rates = Rates()
+        self.counters = Counters()
+        self._last_poll = None
         self._set(LinkState.CONNECTED, f"attached to {seg.name}")
+        if self.on_attach is not None:
+            self.on_attach(h)
         return True
 
     def _detach(self) -> None:
         if self._att is not None:
             self._att.seg.close()
             self._att = None
+            self.generation += 1
+        self.rates = Rates()
+        self.live = None
 
     def _lost(self, reason: str, now: float) -> None:
         self._detach()
@@ -310,14 +339,16 @@ class MonitorCore:
         if not att.server_alive:
             self._lost(f"engine pid {h.server_pid} is gone", now)
             return None
+        if self._last_poll is not None and now - self._last_poll > 1.5 * self.poll_period:
+            self.counters.late_polls += 1
+        self._last_poll = now
 
-        frame_seq = counter("frame_seq")
-        action_seq = counter("action_seq")
-        client_pid = counter("client_pid")
-        engine_state = counter("engine_state")
-        heartbeat = counter("heartbeat_ns")
-        if heartbeat != att.last_heartbeat:
-            att.last_heartbeat = heartbeat
+        # Every live field, read once for this poll: what the views show is this one reading.
+        live = seg.live()
+        self.live = live
+        frame_seq, action_seq, client_pid = live.frame_seq, live.action_seq, live.client_pid
+        if live.heartbeat_ns != att.last_heartbeat:
+            att.last_heartbeat = live.heartbeat_ns
             att.heartbeat_changed_at = now
         if client_pid != att.client_pid:
             att.client_pid = client_pid
@@ -348,13 +379,15 @@ class MonitorCore:
             self.counters.frames_skipped += skipped
             out = Frame(res.frame_seq, res.action_seq, now, att.rewards, att.dones, att.truncateds, res.ok, skipped)
 
-        image_seq = counter("image_seq")
-        if seg.images is not None and image_seq != att.last_image_seq:
+        image_seq = live.image_seq
+        want_images = self.copy_images and (image_seq != att.last_image_seq or self._force_images)
+        if seg.images is not None and want_images:
             sink = self.image_sink or self._copy_images
             images = seg.images
             r = seqlock_read(lambda: counter("image_seq"), lambda: sink(images))
             self.counters.torn_images += r.torn
             if r.ok:
+                self._force_images = False
                 att.last_image_seq = r.seq
                 self.counters.images_copied += 1
                 if out is None:
@@ -365,9 +398,33 @@ class MonitorCore:
 
         att.samples.append((now, frame_seq, image_seq // 2))
         self._update_rates(att, now)
-        self._classify(att, now, frame_seq, action_seq, client_pid, engine_state)
+        self._classify(att, now, frame_seq, action_seq, client_pid, live.engine_state)
         self._refresh_notice(now)
         return out
+
+    def request_images(self) -> None:
+        """Copy the image region at the next poll even if ``image_seq`` did not move."""
+        self._force_images = True
+
+    @property
+    def heartbeat_age(self) -> float | None:
+        """Seconds since ``heartbeat_ns`` last changed, as of the last poll (``None`` detached)."""
+        att = self._att
+        if att is None or self._last_poll is None:
+            return None
+        return self._last_poll - att.heartbeat_changed_at
+
+    @property
+    def engine_alive(self) -> bool | None:
+        return None if self._att is None else self._att.server_alive
+
+    @property
+    def trainer_alive(self) -> bool | None:
+        """Whether the attached trainer's pid lives; ``None`` with no trainer attached."""
+        att = self._att
+        if att is None or not att.client_pid:
+            return None
+        return att.client_alive
 
     @staticmethod
     def _copy_hot(att: _Attached) -> None:
@@ -384,8 +441,8 @@ class MonitorCore:
         t0, f0, i0 = samples[0]
         dt = now - t0
         if dt > 0.2:
-            self.rates.frames_per_s = (samples[-1][1] - f0) / dt
-            self.rates.images_per_s = (samples[-1][2] - i0) / dt
+            self.rates.frames_per_s = max(0.0, (samples[-1][1] - f0) / dt)
+            self.rates.images_per_s = max(0.0, (samples[-1][2] - i0) / dt)
 
     def _classify(self, att: _Attached, now: float, frame_seq: int, action_seq: int, client_pid: int,
                   engine_state: int) -> None:

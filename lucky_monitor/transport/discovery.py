@@ -50,6 +50,11 @@ class SegmentInfo:
         From the header.
     error : str or None
         Why the header could not be read or validated; ``None`` if it is valid.
+    started : float or None
+        When the engine's session began, seconds since the epoch: the start
+        time of the engine process (``server_pid``), where the OS tells it
+        (Linux ``/proc``); ``None`` otherwise. A segment's mtime is not its
+        age: every write through the mapping moves it.
     """
 
     name: str
@@ -63,6 +68,7 @@ class SegmentInfo:
     num_envs: int
     session_id: int
     error: str | None
+    started: float | None = None
 
 
 def _pid_alive_windows(pid: int) -> bool:
@@ -127,6 +133,39 @@ def pid_alive(pid: int) -> bool:
     return not _zombie(pid)
 
 
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def process_start_time(pid: int) -> float | None:
+    """When process ``pid`` started, in seconds since the epoch; ``None`` where unknown.
+
+    Linux only (``/proc/<pid>/stat`` field 22 plus the boot time); elsewhere,
+    for a pid that does not exist, or on any read error, ``None``.
+    """
+    if not 0 < pid <= 0x7FFFFFFF or not sys.platform.startswith("linux"):
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        ticks = int(fields[19])  # field 22 counted from 1, minus pid and comm
+        boot = _boot_time()
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    if boot is None or hz <= 0:
+        return None
+    return boot + ticks / hz
+
+
 def _info(name: str, path: str) -> SegmentInfo | None:
     """Describe segment ``name``; ``None`` if it vanished meanwhile."""
     size, mtime = 0, 0.0
@@ -146,6 +185,7 @@ def _info(name: str, path: str) -> SegmentInfo | None:
         server_pid=h.server_pid, server_alive=pid_alive(h.server_pid),
         client_pid=h.client_pid, client_alive=pid_alive(h.client_pid),
         num_envs=h.num_envs, session_id=h.session_id, error=None,
+        started=process_start_time(h.server_pid),
     )
 
 
@@ -178,7 +218,7 @@ def list_segments(prefix: str = DEFAULT_PREFIX) -> list[SegmentInfo]:
             info = _info(name, shm_path(name))
             if info is not None:
                 found.append(info)
-    found.sort(key=lambda i: (i.mtime, i.name), reverse=True)
+    found.sort(key=lambda i: (i.started if i.started is not None else i.mtime, i.name), reverse=True)
     return found
 
 

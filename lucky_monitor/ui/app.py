@@ -62,7 +62,8 @@ def run_window(args: argparse.Namespace) -> int:
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
     app.setApplicationName("lucky-monitor")
     apply_theme(app)
-    win = MainWindow(name, columns=args.columns)
+    one_off = args.columns is not None or bool(args.screenshot)  # a one-off run never overwrites saved layout
+    win = MainWindow(name, columns=args.columns, persist=not one_off)
     win.show()
     result = {"error": None}
 
@@ -78,7 +79,12 @@ def run_window(args: argparse.Namespace) -> int:
 
     if args.quit_after:
         QtCore.QTimer.singleShot(int(args.quit_after * 1000), finish)
-    old = signal.signal(signal.SIGINT, lambda *_: win.close() or app.quit())
+    def on_sigint(*_: object) -> None:
+        # Python runs this between two bytecodes, possibly in the middle of a tick:
+        # close from the event loop, never from inside the tick.
+        QtCore.QTimer.singleShot(0, lambda: win.close() or app.quit())
+
+    old = signal.signal(signal.SIGINT, on_sigint)
     try:
         app.exec()
     finally:

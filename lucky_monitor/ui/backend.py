@@ -1,41 +1,37 @@
-"""The QObject behind the QML RpcPanel mirror and debug-draw form.
+"""The QObject behind the QML RpcPanel mirror and debug-draw form: a pure view of Ticks.
 
-:class:`MonitorBackend` turns the state of a Qt-free
-:class:`~lucky_monitor.core.monitor.MonitorCore` into Qt properties that QML
-binds to, and QML's clicks into requests on the engine's tools channel. The
-window calls :meth:`MonitorBackend.update` from its 60 Hz timer, right after
-``core.poll()``. Each call does a bounded, small amount of work:
+:class:`MonitorBackend` maps each :class:`~lucky_monitor.core.session.Tick`
+to Qt properties that QML binds to (:meth:`MonitorBackend.apply`), and turns
+QML's clicks into calls of the :class:`~lucky_monitor.core.session.MonitorSession`
+it was given (``set_service``, ``set_sim_mode``, ``draw``, ``repeat``,
+``switch``). It holds no transport object and reads nothing but Ticks, so it
+is tested with hand-made Ticks and a stand-in session.
 
-- every call: compare the connection status; collect command replies
-  (:meth:`CommandClient.poll <lucky_monitor.core.commands.CommandClient.poll>`,
-  non-blocking); send a repeated debug draw when it is due;
+Per :meth:`~MonitorBackend.apply` the work is small and bounded:
+
+- every tick: the connection state, command results and requests in flight,
+  the tools-channel state;
 - at most 10 times a second: live header fields, rates and counters;
-- once a second: the segment list (``list_segments``) and, while the tools
-  channel is held by someone else, one more look at its owner word.
+- when the session says the segment list changed (at most once a second):
+  the picker's rows.
 
 Properties are grouped; each group has one change signal, emitted only when a
 value of the group really changed. Counters and pids that may exceed 2**31
-are ``float`` properties (exact up to 2**53).
+are ``float`` properties (exact up to 2**53); a rate that is not known yet is
+``-1``.
 
 Truth comes from the segment, never from what was asked: a service switch
 shows the ``services_enabled`` bit the engine published, the sim-mode combo
 the ``sim_mode`` it published. A request in flight only marks the row
-``pending``.
-
-Tools channel: claimed when the core attaches (and re-claimed after every
-re-attach: the core's ``generation`` changes), released on detach, on
-:meth:`~MonitorBackend.selectSegment` and on :meth:`~MonitorBackend.close`.
-While another live monitor holds it the backend says "tools channel held by
-pid N" and looks again once a second.
+``pending``. Results and counters belong to one attach: a new ``generation``
+clears them.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from PySide6.QtCore import (
     Property,
@@ -49,38 +45,10 @@ from PySide6.QtCore import (
     Slot,
 )
 
-from ..core.commands import CommandClient, Reply
-from ..core.monitor import LinkState, MonitorCore
+from ..core.monitor import LinkState
+from ..core.session import CommandResult, SegmentEntry, Tick
 from ..protocol import header as hdr
-from ..protocol.errors import LuckyMonitorError, ToolsChannelBusy, ToolsChannelUnavailable
-from ..protocol.messages import (
-    Arrow,
-    Color,
-    DrawReq,
-    DrawResp,
-    Line,
-    MethodId,
-    SetServiceEnabledReq,
-    SetServiceEnabledResp,
-    SetSimulationModeReq,
-    SetSimulationModeResp,
-    SimulationMode,
-    Vec3,
-    VelocityCommand,
-)
-from ..transport.discovery import SegmentInfo, list_segments, pid_alive
-from ..transport.shm import Segment
-from ..transport.tools import ToolsChannel, tools_owner
-
-__all__ = [
-    "STATE_COLORS",
-    "MonitorBackend",
-    "SegmentListModel",
-    "ServiceListModel",
-    "age_text",
-    "bytes_text",
-    "state_color",
-]
+from ..protocol.header import Header
 
 # ---------------------------------------------------------------------------
 # Presentation helpers
@@ -259,7 +227,7 @@ class SegmentListModel(_RowModel):
         super().__init__([self.auto_row(None)], parent)
 
     @staticmethod
-    def auto_row(newest: SegmentInfo | None) -> dict[str, Any]:
+    def auto_row(newest: SegmentEntry | None) -> dict[str, Any]:
         """The *auto* entry, naming the segment it currently means."""
         label = f"auto: newest live ({newest.name})" if newest else "auto: newest live (none yet)"
         return {"name": "", "label": label, "serverPid": float(newest.server_pid) if newest else 0.0,
@@ -267,17 +235,17 @@ class SegmentListModel(_RowModel):
                 "error": "", "isAuto": True}
 
     @staticmethod
-    def info_row(info: SegmentInfo, now_wall: float) -> dict[str, Any]:
-        """One listed segment."""
-        age = age_text(now_wall - info.mtime) if info.mtime else ""
+    def info_row(info: SegmentEntry) -> dict[str, Any]:
+        """One listed segment; its age is the time since the engine's session began."""
+        age = "" if info.age_s is None else f"up {age_text(info.age_s)}"
         if info.error is not None:
             label = f"{info.name} · invalid"
-        elif not info.server_alive:
+        elif not info.alive:
             label = f"{info.name} · engine gone"
         else:
             label = f"{info.name} · {info.num_envs} envs · {age}" if age else f"{info.name} · {info.num_envs} envs"
         return {"name": info.name, "label": label, "serverPid": float(info.server_pid),
-                "alive": info.error is None and info.server_alive, "numEnvs": info.num_envs, "age": age,
+                "alive": info.alive, "numEnvs": info.num_envs, "age": age,
                 "error": info.error or "", "isAuto": False}
 
     @staticmethod
@@ -300,16 +268,19 @@ class ServiceListModel(_RowModel):
     Roles: ``name``, ``bit``, ``available`` (header ``services_available``),
     ``enabled`` (live ``services_enabled``, as the engine reports it),
     ``pending`` (a request for it is in flight), ``lastResult``
-    (``"ok 0.8 ms"`` / ``"error: ..."``).
+    (``"ok 0.8 ms"`` / ``"error: ..."``) and ``resultKind`` (``""``,
+    ``"pending"``, ``"ok"`` or ``"error"``: what colour the result gets).
     """
 
-    ROLES = ("name", "bit", "available", "enabled", "pending", "lastResult")
+    ROLES = ("name", "bit", "available", "enabled", "pending", "lastResult", "resultKind")
     DISPLAY = "name"
 
     def __init__(self, parent: QObject | None = None) -> None:
-        rows = [{"name": n, "bit": i, "available": False, "enabled": False, "pending": False, "lastResult": ""}
-                for i, n in enumerate(hdr.SERVICES)]
+        rows = [{"name": n, "bit": i, "available": False, "enabled": False, "pending": False, "lastResult": "",
+                 "resultKind": ""} for i, n in enumerate(hdr.SERVICES)]
         super().__init__(rows, parent)
+
+
 
 
 # ---------------------------------------------------------------------------
@@ -317,6 +288,17 @@ class ServiceListModel(_RowModel):
 # ---------------------------------------------------------------------------
 
 _DASH = "—"
+
+
+class SessionLike(Protocol):
+    """What the backend calls on the session (a stand-in in tests)."""
+
+    def switch(self, name: str | None) -> None: ...
+    def set_service(self, bit: int, enabled: bool) -> None: ...
+    def set_sim_mode(self, mode: int) -> None: ...
+    def draw(self, kind: str, **values: Any) -> bool: ...
+    def repeat(self, kind: str, hz: float) -> None: ...
+
 
 #: property -> (group, default). A group shares one change signal "<group>Changed".
 _FIELDS: dict[str, tuple[str, Any]] = {
@@ -349,9 +331,9 @@ _FIELDS: dict[str, tuple[str, Any]] = {
     "segmentSize": ("facts", _DASH),
     "engineState": ("facts", _DASH),
     "heartbeatAge": ("facts", _DASH),
-    # rates and counters
-    "framesPerSec": ("rates", 0.0),
-    "imagesPerSec": ("rates", 0.0),
+    # rates and counters (-1: not known)
+    "framesPerSec": ("rates", -1.0),
+    "imagesPerSec": ("rates", -1.0),
     "engineSharePct": ("rates", -1.0),
     "trainerSharePct": ("rates", -1.0),
     "frameSeq": ("rates", 0.0),
@@ -367,8 +349,10 @@ _FIELDS: dict[str, tuple[str, Any]] = {
     "simMode": ("simMode", 0),
     "simModePending": ("simMode", False),
     "simModeResult": ("simMode", ""),
+    "simModeResultKind": ("simMode", ""),
     # debug draw
     "lastDrawResult": ("draw", ""),
+    "lastDrawResultKind": ("draw", ""),
     "lastRttMs": ("draw", -1.0),
     "drawPending": ("draw", False),
     "drawCount": ("draw", 0),
@@ -377,9 +361,6 @@ _FIELDS: dict[str, tuple[str, Any]] = {
 }
 
 _TYPES = {str: str, bool: bool, int: int, float: float}
-
-_DRAW_KINDS = ("line", "arrow", "velocity")
-_MAX_REPEAT_HZ = 60.0
 
 
 def _prop(name: str, notify: Signal) -> Property:
@@ -391,26 +372,25 @@ def _prop(name: str, notify: Signal) -> Property:
     return Property(_TYPES[type(default)], fget, notify=notify)
 
 
+def _rate(v: float | None) -> float:
+    return -1.0 if v is None else round(v, 1)
+
+
 class MonitorBackend(QObject):
     """Properties and slots for ``RpcPanel.qml`` and ``DebugDraw.qml``.
 
     Parameters
     ----------
+    session
+        Where QML's requests go (a :class:`~lucky_monitor.core.session.MonitorSession`);
+        ``None`` makes every request a no-op (a view of hand-made Ticks).
     parent
         Optional QObject parent.
-    clock
-        Monotonic seconds; injectable for tests.
-    command_timeout_s
-        A request without a reply after this long is reported as timed out.
-    tools_pid
-        The pid written into the tools channel's owner word (default: this
-        process).
 
     Notes
     -----
-    Call :meth:`update` (with the window's ``MonitorCore``) after every
-    ``core.poll()``, and :meth:`close` before the core is closed. No method
-    raises into Qt: a failure becomes a result text.
+    Call :meth:`apply` with every Tick the window gets. No method raises into
+    Qt: a failure becomes a result text.
     """
 
     connectionChanged = Signal()
@@ -422,8 +402,6 @@ class MonitorBackend(QObject):
     drawChanged = Signal()
 
     LIVE_PERIOD_S = 0.1
-    SEGMENTS_PERIOD_S = 1.0
-    CLAIM_RETRY_S = 1.0
 
     # connection
     segmentName = _prop("segmentName", connectionChanged)
@@ -472,43 +450,26 @@ class MonitorBackend(QObject):
     simMode = _prop("simMode", simModeChanged)
     simModePending = _prop("simModePending", simModeChanged)
     simModeResult = _prop("simModeResult", simModeChanged)
+    simModeResultKind = _prop("simModeResultKind", simModeChanged)
     # draw
     lastDrawResult = _prop("lastDrawResult", drawChanged)
+    lastDrawResultKind = _prop("lastDrawResultKind", drawChanged)
     lastRttMs = _prop("lastRttMs", drawChanged)
     drawPending = _prop("drawPending", drawChanged)
     drawCount = _prop("drawCount", drawChanged)
     repeatKind = _prop("repeatKind", drawChanged)
     repeatHz = _prop("repeatHz", drawChanged)
 
-    def __init__(
-        self,
-        parent: QObject | None = None,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        command_timeout_s: float = 2.0,
-        tools_pid: int | None = None,
-    ) -> None:
+    def __init__(self, session: SessionLike | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._clock = clock
-        self._timeout = command_timeout_s
-        self._tools_pid = os.getpid() if tools_pid is None else int(tools_pid)
+        self._session = session
         self._v: dict[str, Any] = {k: d for k, (_, d) in _FIELDS.items()}
         self._segments = SegmentListModel(self)
         self._services = ServiceListModel(self)
-        self._core: MonitorCore | None = None
-        self._attach_key: tuple[int, int] | None = None
-        self._seg: Segment | None = None
-        self._chan: ToolsChannel | None = None
-        self._client: CommandClient | None = None
-        self._holder = 0  # pid holding the tools channel when it is not us
-        self._pending: dict[int, tuple[str, int]] = {}  # correlation id -> (kind, detail)
-        self._last_draw: dict[str, DrawReq] = {}
-        self._repeat_next = 0.0
-        self._repeat_cid: int | None = None
+        self._generation: int | None = None
         self._next_live = 0.0
-        self._next_segments = 0.0
-        self._next_claim = 0.0
-        self._hb: tuple[int, float] | None = None  # (heartbeat_ns, when it last changed)
+        self._selected: str | None = None
+        self._segment_rows: tuple[SegmentEntry, ...] | None = None
 
     # ------------------------------------------------------------ constants
     @Property(QObject, constant=True)
@@ -531,158 +492,103 @@ class MonitorBackend(QObject):
         """The current value of property ``name`` (for tests and the window)."""
         return self._v[name]
 
-    @property
-    def tools_channel(self) -> ToolsChannel | None:
-        """The claimed tools channel, or ``None``."""
-        return self._chan
-
-    def update(self, core: MonitorCore) -> None:
-        """Refresh from ``core`` (call after each ``core.poll()``, at most 60 Hz).
-
-        Never blocks and never raises for a vanished or broken segment.
-
-        Parameters
-        ----------
-        core : MonitorCore
-        """
-        self._core = core
-        now = self._clock()
-        seg = core.segment
-        key = (id(core), core.generation) if seg is not None else None
-        if key != self._attach_key:
-            self._attach_key = key
-            self._on_attach(seg, now)
-        self._update_connection(core)
-        self._update_selection(core)
-        if self._client is not None:
-            self._collect(now)
-        elif seg is not None and now >= self._next_claim:
-            self._try_claim(seg, now)
-        if now >= self._next_live:
-            self._next_live = now + self.LIVE_PERIOD_S
-            self._update_live(core, now)
-        if now >= self._next_segments:
-            self._next_segments = now + self.SEGMENTS_PERIOD_S
-            self._refresh_segments(core)
-        self._run_repeat(now)
-
-    def close(self) -> None:
-        """Stop repeating and release the tools channel. Idempotent."""
-        self._set(repeatKind="", repeatHz=0.0)
-        self._release("monitor closed")
-        self._seg = None
-        self._attach_key = None
+    def apply(self, tick: Tick) -> None:
+        """Show ``tick``. Bounded work; never raises for what a Tick holds."""
+        if tick.generation != self._generation:
+            self._generation = tick.generation
+            self._on_attach(tick.header)
+            self._next_live = 0.0
+        self._set(segmentName=tick.name or "", state=tick.state.value, stateText=tick.text,
+                  reason=tick.reason or "", notice=tick.notice or "", healthy=tick.state.healthy,
+                  stateColor=state_color(tick.state), attached=tick.header is not None)
+        tools = tick.tools
+        self._set(toolsAvailable=tools.ours, toolsReason=tools.reason,
+                  toolsText=_DASH if tick.header is None else (
+                      f"{bytes_text(tools.ring_size)} ×2" if tools.exported else "none"),
+                  toolsOwnerText=_DASH if tick.header is None else tools.owner_text)
+        self._apply_commands(tick)
+        for r in tick.results:
+            self._apply_result(r)
+        if tick.t >= self._next_live or tick.header is None:
+            self._next_live = tick.t + self.LIVE_PERIOD_S
+            self._apply_live(tick)
+        if tick.segments_changed or self._segment_rows is None or tick.selected != self._selected:
+            self._selected = tick.selected
+            self._segment_rows = tick.segments
+            self._apply_segments(tick.segments, tick.selected)
 
     # ------------------------------------------------------------ slots: connection
     @Slot(str)
     def selectSegment(self, name: str) -> None:
         """Follow segment ``name``; ``""`` or ``"auto"`` follows the newest live one."""
-        if self._core is None:
+        if self._session is None:
             return
         target = None if name in ("", "auto") else name
-        if target == self._core.name:
+        if target == self._selected:
             return
-        self._release("segment switched")
-        self._core.switch(target)
-        self._next_segments = 0.0
-        self._update_connection(self._core)
-        self._update_selection(self._core)
+        self._session.switch(target)
+        self._selected = target
+        self._apply_segments(self._segment_rows or (), target)
 
     @Slot()
     def refreshSegments(self) -> None:
-        """Re-read the segment list at the next :meth:`update`."""
-        self._next_segments = 0.0
+        """Nothing to do: the session refreshes the list once a second."""
 
     # ------------------------------------------------------------ slots: commands
     @Slot(int, bool)
     def setServiceEnabled(self, bit: int, enabled: bool) -> None:
         """Ask the engine to enable or disable service ``bit`` (the switch follows the segment)."""
-        if not 0 <= bit < len(hdr.SERVICES):
+        if not 0 <= bit < len(hdr.SERVICES) or self._session is None:
             return
-        if not self._services.row(bit)["available"]:
-            self._services.update_row(bit, lastResult="error: service not available")
-            return
-        err = self._send(MethodId.SetServiceEnabledReq, SetServiceEnabledReq(service=bit, enabled=bool(enabled)),
-                         ("service", bit))
-        if err is not None:
-            self._services.update_row(bit, lastResult=f"error: {err}")
-        else:
-            self._services.update_row(bit, pending=True, lastResult="waiting…")
+        self._services.update_row(bit, pending=True, lastResult="waiting…", resultKind="pending")
+        self._session.set_service(bit, bool(enabled))
 
     @Slot(int)
     def setSimMode(self, mode: int) -> None:
         """Ask the engine for simulation mode ``mode`` (0 realtime, 1 deterministic, 2 fast)."""
-        if mode not in hdr.SIM_MODES:
-            self._set(simModeResult=f"error: simulation mode {mode} unknown")
+        if self._session is None:
             return
-        err = self._send(MethodId.SetSimulationModeReq, SetSimulationModeReq(mode=SimulationMode(mode)),
-                         ("sim", mode))
-        if err is not None:
-            self._set(simModeResult=f"error: {err}")
-        else:
-            self._set(simModePending=True, simModeResult="waiting…")
+        self._set(simModePending=True, simModeResult="waiting…", simModeResultKind="pending")
+        self._session.set_sim_mode(int(mode))
 
     @Slot(float, float, float, float, float, float, float, float, float, float, bool)
     def drawLine(self, x0: float, y0: float, z0: float, x1: float, y1: float, z1: float,
                  r: float, g: float, b: float, a: float, clear: bool) -> None:
         """Draw a line from ``(x0, y0, z0)`` to ``(x1, y1, z1)`` in colour ``rgba`` (0..1)."""
-        try:
-            line = Line(_vec("start", x0, y0, z0), _vec("end", x1, y1, z1), _color(r, g, b, a))
-        except ValueError as exc:
-            self._set(lastDrawResult=f"error: {exc}")
-            return
-        self._draw("line", DrawReq(lines=(line,), clear_previous=bool(clear)))
+        self._draw("line", start=(x0, y0, z0), end=(x1, y1, z1), rgba=(r, g, b, a), clear=clear)
 
     @Slot(float, float, float, float, float, float, float, float, float, float, float, bool)
     def drawArrow(self, ox: float, oy: float, oz: float, dx: float, dy: float, dz: float,
                   r: float, g: float, b: float, a: float, scale: float, clear: bool) -> None:
         """Draw an arrow at ``(ox, oy, oz)`` along ``(dx, dy, dz) * scale`` in colour ``rgba``."""
-        try:
-            arrow = Arrow(_vec("origin", ox, oy, oz), _vec("direction", dx, dy, dz), _color(r, g, b, a),
-                          _finite("scale", scale))
-        except ValueError as exc:
-            self._set(lastDrawResult=f"error: {exc}")
-            return
-        self._draw("arrow", DrawReq(arrows=(arrow,), clear_previous=bool(clear)))
+        self._draw("arrow", origin=(ox, oy, oz), direction=(dx, dy, dz), rgba=(r, g, b, a), scale=scale,
+                   clear=clear)
 
     @Slot(float, float, float, float, float, float, float, bool)
     def drawVelocity(self, ox: float, oy: float, oz: float, vx: float, vy: float, wz: float,
                      scale: float, clear: bool) -> None:
         """Draw a velocity command (``lin_vel_x``, ``lin_vel_y``, ``ang_vel_z``) at ``(ox, oy, oz)``."""
-        try:
-            cmd = VelocityCommand(_vec("origin", ox, oy, oz), _finite("lin_vel_x", vx), _finite("lin_vel_y", vy),
-                                  _finite("ang_vel_z", wz), _finite("scale", scale))
-        except ValueError as exc:
-            self._set(lastDrawResult=f"error: {exc}")
-            return
-        self._draw("velocity", DrawReq(velocity_command=cmd, clear_previous=bool(clear)))
+        self._draw("velocity", origin=(ox, oy, oz), lin_vel_x=vx, lin_vel_y=vy, ang_vel_z=wz, scale=scale,
+                   clear=clear)
 
     @Slot()
     def clearDrawings(self) -> None:
         """Stop repeating and erase every debug primitive."""
-        self._set(repeatKind="", repeatHz=0.0)
-        self._draw("clear", DrawReq(clear_previous=True))
+        self._draw("clear")
 
     @Slot(str, float)
     def setRepeat(self, kind: str, hz: float) -> None:
-        """Repeat the last ``kind`` draw (``line``/``arrow``/``velocity``) at ``hz``; ``""`` or 0 Hz stops.
+        """Repeat the last ``kind`` draw (``line``/``arrow``/``velocity``) at ``hz``; ``""`` or 0 Hz stops."""
+        if self._session is not None:
+            self._session.repeat(kind, hz if math.isfinite(hz) else 0.0)
 
-        At most one repeated request is in flight; the rate is capped at 60 Hz
-        (the rate of :meth:`update`).
-        """
-        if not kind or not (hz > 0 and math.isfinite(hz)):
-            self._set(repeatKind="", repeatHz=0.0)
+    # ------------------------------------------------------------ internals
+    def _draw(self, kind: str, **values: Any) -> None:
+        if self._session is None:
             return
-        if kind not in _DRAW_KINDS:
-            self._set(lastDrawResult=f"error: cannot repeat {kind!r}; choose line, arrow or velocity")
-            return
-        if kind not in self._last_draw:
-            self._set(lastDrawResult=f"error: nothing to repeat: send the {kind} once first")
-            return
-        self._repeat_next = self._clock()
-        self._set(repeatKind=kind, repeatHz=min(float(hz), _MAX_REPEAT_HZ))
+        if self._session.draw(kind, **values):
+            self._set(drawPending=True)
 
-    # ------------------------------------------------------------ internals: state
     def _set(self, **values: Any) -> None:
         """Store values; emit each touched group's signal once if something changed."""
         groups: set[str] = set()
@@ -693,47 +599,29 @@ class MonitorBackend(QObject):
         for g in sorted(groups):
             getattr(self, g + "Changed").emit()
 
-    def _update_connection(self, core: MonitorCore) -> None:
-        st = core.status
-        self._set(segmentName=st.name or "", state=st.state.value, stateText=st.text, reason=st.reason or "",
-                  notice=st.notice or "", healthy=st.state.healthy, stateColor=state_color(st.state),
-                  attached=core.segment is not None)
-
-    def _update_selection(self, core: MonitorCore) -> None:
-        selected = core.name or ""
-        if selected != self._v["selectedSegment"]:
-            self._next_segments = 0.0  # make sure the picker lists it
-        index = self._segments.index_of(selected)
-        self._set(selectedSegment=selected, segmentIndex=max(index, 0))
-
-    def _refresh_segments(self, core: MonitorCore) -> None:
-        infos = list_segments(core.prefix)
-        newest = next((i for i in infos if i.error is None and i.server_alive), None)
-        wall = time.time()
-        rows = [SegmentListModel.auto_row(newest), *(SegmentListModel.info_row(i, wall) for i in infos)]
-        selected = core.name or ""
-        if selected and all(r["name"] != selected for r in rows):
-            rows.append(SegmentListModel.missing_row(selected))
+    def _apply_segments(self, entries: tuple[SegmentEntry, ...], selected: str | None) -> None:
+        newest = next((e for e in entries if e.error is None and e.alive), None)
+        rows = [SegmentListModel.auto_row(newest), *(SegmentListModel.info_row(e) for e in entries)]
+        name = selected or ""
+        if name and all(r["name"] != name for r in rows):
+            rows.append(SegmentListModel.missing_row(name))
         reset = self._segments.set_rows(rows, key="name")
-        self._set(segmentIndex=max(self._segments.index_of(selected), 0))
+        self._set(selectedSegment=name, segmentIndex=max(self._segments.index_of(name), 0))
         if reset:
             # A reset may have moved the picker's current index: make bindings re-read it.
             self.selectionChanged.emit()
 
-    def _on_attach(self, seg: Segment | None, now: float) -> None:
-        """The core attached to a (new) segment or detached: start over."""
-        self._release("detached" if seg is None else "re-attached")
-        self._seg = seg
-        self._hb = None
-        self._next_live = 0.0
-        self._next_claim = now
-        if seg is None:
-            self._set(**{k: d for k, (g, d) in _FIELDS.items() if g in ("facts", "rates")})
-            self._set(toolsAvailable=False, toolsReason="no segment attached")
-            for bit in range(len(hdr.SERVICES)):
-                self._services.update_row(bit, available=False, enabled=False, pending=False)
+    def _on_attach(self, h: Header | None) -> None:
+        """A new attach (or a detach): facts from the header, every per-attach value afresh."""
+        self._set(**{k: d for k, (g, d) in _FIELDS.items() if g in ("facts", "rates")})
+        self._set(simModePending=False, simModeResult="", simModeResultKind="", lastDrawResult="",
+                  lastDrawResultKind="", lastRttMs=-1.0, drawPending=False, drawCount=0)
+        for bit in range(len(hdr.SERVICES)):
+            avail = h is not None and bool(h.services_available >> bit & 1)
+            self._services.update_row(bit, available=avail, enabled=False, pending=False, lastResult="",
+                                      resultKind="")
+        if h is None:
             return
-        h = seg.header
         if h.has_images:
             image = (f"{h.image_width}×{h.image_height}×{h.image_channels} {h.pixel_format}, "
                      f"{'bottom-up' if h.bottom_up else 'top-down'}")
@@ -754,197 +642,57 @@ class MonitorBackend(QObject):
             cmdRingText=f"{bytes_text(h.cmd_ring_size)} ×2",
             gpuText=gpu,
             sessionId=f"{h.session_id:016x}",
-            segmentSize=bytes_text(h.segment_size or seg.size),
+            segmentSize=bytes_text(h.segment_size),
         )
-        for bit in range(len(hdr.SERVICES)):
-            self._services.update_row(bit, available=bool(h.services_available >> bit & 1), pending=False)
-        if not h.has_tools:
-            self._set(toolsAvailable=False, toolsReason="engine exports no tools channel")
-        else:
-            self._set(toolsAvailable=False, toolsReason="tools channel not claimed yet")
-        self._update_tools_text()
 
-    def _update_tools_text(self) -> None:
-        seg = self._seg
-        if seg is None:
-            self._set(toolsText=_DASH, toolsOwnerText=_DASH)
+    def _apply_live(self, tick: Tick) -> None:
+        live = tick.live
+        if live is None:
+            self._set(framesPerSec=_rate(tick.rates.frames_per_s), imagesPerSec=_rate(tick.rates.images_per_s))
             return
-        h = seg.header
-        if not h.has_tools:
-            self._set(toolsText="none", toolsOwnerText=_DASH)
-            return
-        if self._chan is not None:
-            owner = f"this monitor (pid {self._chan.pid})"
-        elif self._holder:
-            owner = f"pid {self._holder}"
-        else:
-            owner = "free"
-        self._set(toolsText=f"{bytes_text(h.tools_ring_size)} ×2", toolsOwnerText=owner)
-
-    def _update_live(self, core: MonitorCore, now: float) -> None:
-        seg = core.segment
-        if seg is None:
-            return
-        try:
-            live = seg.live()
-        except (LuckyMonitorError, OSError, ValueError):
-            return  # closed under us; the core reports it on its next poll
-        if self._hb is None or self._hb[0] != live.heartbeat_ns:
-            self._hb = (live.heartbeat_ns, now)
-        hb_age = now - self._hb[1]
-        cpid = live.client_pid
-        rates, counters = core.rates, core.counters
-        share = rates.engine_share if cpid else None
+        age = tick.heartbeat_age_s
+        share = tick.engine_share
+        c = tick.counters
         self._set(
-            clientPid=float(cpid),
-            trainerAlive=bool(cpid) and pid_alive(cpid),
-            engineState=hdr.ENGINE_STATES.get(live.engine_state, str(live.engine_state)),
-            heartbeatAge="< 0.5 s" if hb_age < 0.5 else f"{hb_age:.1f} s",
-            framesPerSec=round(rates.frames_per_s, 1),
-            imagesPerSec=round(rates.images_per_s, 1),
+            clientPid=float(live.client_pid),
+            trainerAlive=bool(tick.trainer_alive),
+            engineState=hdr.ENGINE_STATES.get(live.engine_state, f"unknown ({live.engine_state})"),
+            heartbeatAge=_DASH if age is None else ("< 0.5 s" if age < 0.5 else f"{age:.1f} s"),
+            framesPerSec=_rate(tick.rates.frames_per_s),
+            imagesPerSec=_rate(tick.rates.images_per_s),
             engineSharePct=-1.0 if share is None else round(100.0 * share, 1),
             trainerSharePct=-1.0 if share is None else round(100.0 * (1.0 - share), 1),
             frameSeq=float(live.frame_seq),
             actionSeq=float(live.action_seq),
             imageSeq=float(live.image_seq),
-            tornImages=float(counters.torn_images),
-            tornHot=float(counters.torn_hot),
-            framesSkipped=float(counters.frames_skipped),
+            tornImages=float(c.torn_images),
+            tornHot=float(c.torn_hot),
+            framesSkipped=float(c.frames_skipped),
             simMode=int(live.sim_mode) if live.sim_mode in hdr.SIM_MODES else 0,
         )
         mask = live.services_enabled
         for bit in range(len(hdr.SERVICES)):
             self._services.update_row(bit, enabled=bool(mask >> bit & 1))
 
-    # ------------------------------------------------------------ internals: tools channel
-    def _try_claim(self, seg: Segment, now: float) -> None:
-        self._next_claim = now + self.CLAIM_RETRY_S
-        if not seg.header.has_tools:
-            self._next_claim = math.inf  # fixed for the life of the segment
-            return
-        try:
-            if seg.still_valid() is not None:
-                return  # gone: the core notices on its next poll
-            owner = tools_owner(seg)
-            if owner and owner != self._tools_pid and pid_alive(owner):
-                raise ToolsChannelBusy(owner)
-            chan = ToolsChannel.claim(seg, pid=self._tools_pid)
-        except ToolsChannelBusy as exc:
-            self._holder = exc.pid
-            self._set(toolsAvailable=False, toolsReason=str(exc))
-        except ToolsChannelUnavailable:
-            self._next_claim = math.inf
-            self._set(toolsAvailable=False, toolsReason="engine exports no tools channel")
-        except (LuckyMonitorError, OSError, ValueError) as exc:
-            self._set(toolsAvailable=False, toolsReason=f"tools channel: {exc}")
-        else:
-            self._chan = chan
-            self._client = CommandClient(chan, timeout_s=self._timeout)
-            self._holder = 0
-            self._set(toolsAvailable=True, toolsReason="")
-        self._update_tools_text()
+    def _apply_commands(self, tick: Tick) -> None:
+        cmd = tick.commands
+        for bit in range(len(hdr.SERVICES)):
+            if self._services.row(bit)["pending"] and bit not in cmd.pending_services:
+                self._services.update_row(bit, pending=False)
+        self._set(drawPending=cmd.draw_pending, repeatKind=cmd.repeat_kind, repeatHz=cmd.repeat_hz,
+                  drawCount=cmd.draws_answered)
+        if not cmd.sim_pending:
+            self._set(simModePending=False)
 
-    def _release(self, why: str) -> None:
-        """Fail what is in flight, give the tools channel back, forget the client."""
-        pending, self._pending = self._pending, {}
-        for kind, detail in pending.values():
-            self._finish(kind, detail, f"error: {why}", None)
-        self._repeat_cid = None
-        chan, self._chan, self._client = self._chan, None, None
-        self._holder = 0
-        if chan is not None:
-            chan.release()
-        self._next_claim = self._clock()
-        if self._seg is not None and self._seg.header.has_tools:
-            self._set(toolsAvailable=False, toolsReason="tools channel not claimed yet")
-        self._update_tools_text()
-
-    def _send(self, method: MethodId, payload: object, what: tuple[str, int]) -> str | None:
-        """Push one request; return ``None`` or why it could not be sent."""
-        if self._client is None:
-            return self._v["toolsReason"] or "tools channel unavailable"
-        try:
-            cid = self._client.send(method, payload)
-        except (LuckyMonitorError, ValueError, OverflowError) as exc:
-            return str(exc)
-        self._pending[cid] = what
-        return None
-
-    def _collect(self, now: float) -> None:
-        assert self._client is not None
-        replies = self._client.poll()
-        for r in replies:
-            what = self._pending.pop(r.correlation_id, None)
-            if what is None:
-                continue  # corrupt ring or undecodable reply: the request it belonged to times out
-            kind, detail = what
-            if r.correlation_id == self._repeat_cid:
-                self._repeat_cid = None
-            self._finish(kind, detail, self._result_text(kind, r), r)
-        if replies:
-            self._next_live = 0.0  # show what the engine just applied
-
-    def _result_text(self, kind: str, r: Reply) -> str:
-        if r.error is not None:
-            return f"error: {r.error}"
-        payload = r.response.payload if r.response is not None else None
-        if kind in _DRAW_KINDS or kind == "clear":
-            if isinstance(payload, DrawResp) and not payload.success:
-                return f"failed (engine: success = false) {_ms(r.rtt_s)}"
-            return f"success {_ms(r.rtt_s)}"
-        if kind == "service" and not isinstance(payload, SetServiceEnabledResp):
-            return f"error: unexpected reply {type(payload).__name__}"
-        if kind == "sim" and not isinstance(payload, SetSimulationModeResp):
-            return f"error: unexpected reply {type(payload).__name__}"
-        return f"ok {_ms(r.rtt_s)}"
-
-    def _finish(self, kind: str, detail: int, text: str, reply: Reply | None) -> None:
-        if kind == "service":
-            still = any(w == ("service", detail) for w in self._pending.values())
-            self._services.update_row(detail, pending=still, lastResult=text)
-        elif kind == "sim":
-            still = any(w[0] == "sim" for w in self._pending.values())
-            self._set(simModePending=still, simModeResult=text)
-        else:
-            still = any(w[0] in (*_DRAW_KINDS, "clear") for w in self._pending.values())
-            values: dict[str, Any] = {"drawPending": still, "lastDrawResult": text}
-            if reply is not None:
-                values["drawCount"] = self._v["drawCount"] + 1
-                if reply.response is not None:
-                    values["lastRttMs"] = round(reply.rtt_s * 1e3, 2)
+    def _apply_result(self, r: CommandResult) -> None:
+        kind = r.status
+        if r.kind == "service":
+            if 0 <= r.target < len(hdr.SERVICES):
+                self._services.update_row(r.target, lastResult=r.text, resultKind=kind)
+        elif r.kind == "sim":
+            self._set(simModeResult=r.text, simModeResultKind=kind)
+        else:  # draws, and unreadable replies on the tools ring
+            values: dict[str, Any] = {"lastDrawResult": r.text, "lastDrawResultKind": kind}
+            if r.rtt_s is not None and r.ok:
+                values["lastRttMs"] = round(r.rtt_s * 1e3, 2)
             self._set(**values)
-
-    # ------------------------------------------------------------ internals: draw
-    def _draw(self, kind: str, req: DrawReq) -> int | None:
-        if kind in _DRAW_KINDS:
-            self._last_draw[kind] = req
-        err = self._send(MethodId.DrawReq, req, (kind, 0))
-        if err is not None:
-            self._set(lastDrawResult=f"error: {err}")
-            return None
-        self._set(drawPending=True)
-        return next(reversed(self._pending))
-
-    def _run_repeat(self, now: float) -> None:
-        kind = self._v["repeatKind"]
-        if not kind or self._client is None or self._repeat_cid is not None or now < self._repeat_next:
-            return
-        period = 1.0 / self._v["repeatHz"]
-        self._repeat_next = self._repeat_next + period if now - self._repeat_next < period else now + period
-        self._repeat_cid = self._draw(kind, self._last_draw[kind])
-
-
-def _finite(name: str, v: float) -> float:
-    v = float(v)
-    if not math.isfinite(v):
-        raise ValueError(f"{name} is not a finite number")
-    return v
-
-
-def _vec(name: str, x: float, y: float, z: float) -> Vec3:
-    return Vec3(_finite(f"{name}.x", x), _finite(f"{name}.y", y), _finite(f"{name}.z", z))
-
-
-def _color(r: float, g: float, b: float, a: float) -> Color:
-    """A colour with every channel clamped to 0..1 (non-finite channels are refused)."""
-    return Color(*(min(1.0, max(0.0, _finite(n, v))) for n, v in zip("rgba", (r, g, b, a), strict=True)))

@@ -33,6 +33,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal
 
+from lucky_monitor.core.session import DisplayOptions, ImageFrame
 from lucky_monitor.core.tiler import SOURCE_FORMATS, FrameMeta, Tiler, TilerError
 from lucky_monitor.protocol.errors import LuckyMonitorError
 
@@ -260,6 +261,7 @@ class ImageGridWidget(QtWidgets.QWidget):
 
     env_selected = Signal(int)
     hover_changed = Signal(str)
+    display_changed = Signal(object)  # DisplayOptions, after a control change
 
     def __init__(
         self,
@@ -287,6 +289,10 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._meta: tuple[int, ...] | None = None
         self._needs_fit = False
         self._single: SingleEnvView | None = None
+        self._frame: ImageFrame | None = None  # set by show_image (a session's grid)
+        self._geometry: tuple[int, ...] | None = None
+        self._selection: tuple[int, ...] = ()
+        self._extra_highlights: list[QtWidgets.QGraphicsRectItem] = []
 
         # --- view
         self.graphics = pg.GraphicsLayoutWidget()
@@ -357,6 +363,58 @@ class ImageGridWidget(QtWidgets.QWidget):
         layout.addLayout(status)
 
     # ------------------------------------------------------------ frames
+    def display_options(self) -> DisplayOptions:
+        """The controls' current values as plain :class:`DisplayOptions`."""
+        return DisplayOptions(columns=self.columns_spin.value() or None, flip_rows=self.flip_check.isChecked(),
+                              swap_rb=self.channel_combo.currentIndex() == 1,
+                              show_alpha=self.alpha_check.isChecked())
+
+    def show_image(self, image: ImageFrame, torn: int = 0) -> None:
+        """Show a session's grid (one ``setImage``; no copy) and its counters.
+
+        The grid and its layout belong to the session and stay valid until
+        its next step that brings a new image; the widget keeps no copy.
+        A change of geometry (envs, image size, columns, alpha) re-fits the view.
+        """
+        t = image.layout
+        key = (t.num_envs, t.height, t.width, t.channels, t.columns, t.grid_width, t.grid_height,
+               int(t.shows_alpha))
+        self._frame = image
+        self.tiler = t
+        self._back = None
+        self._images = None
+        self._has_frame = True
+        self._src_format = image.src_format
+        self._bottom_up = image.bottom_up
+        if key != self._geometry:
+            new_envs = self._geometry is None or self._geometry[0] != t.num_envs
+            self._geometry = key
+            self._sync_columns_spin()
+            self.labels.set_tiler(t)
+            self._update_labels()
+            if new_envs:
+                self._selection = tuple(e for e in self._selection if e < t.num_envs)
+                if self._selected is not None and self._selected >= t.num_envs:
+                    self._selected = None
+            self._needs_fit = True
+        self._show()
+        self.set_meta(image.image_seq, image.image_frame_seq, torn)
+
+    def clear_image(self, text: str = "no images") -> None:
+        """Show nothing (detached, or an engine without an image region) and say why."""
+        self._frame = None
+        self._geometry = None
+        self.tiler = None
+        self._back = None
+        self._has_frame = False
+        self.image_item.clear()
+        self.labels.set_tiler(None)
+        self.highlight.setVisible(False)
+        for item in self._extra_highlights:
+            item.setVisible(False)
+        self._meta = None
+        self.status_label.setText(text)
+
     def set_frame(self, images: np.ndarray, meta: FrameMeta | Mapping[str, Any] | Any | None = None) -> None:
         """Show one batch of images: :meth:`copy_frame` then :meth:`present`.
 
@@ -457,7 +515,14 @@ class ImageGridWidget(QtWidgets.QWidget):
             self._set_hover_text(self.readout_at(*self._hover))
 
     def _retile(self, *_: object) -> None:
-        """Apply a control change: re-tile the kept batch (if any) and show it."""
+        """Apply a control change: re-tile the kept batch (if any) and show it.
+
+        Showing a session's grid, the widget only says what changed
+        (``display_changed``); the session copies the images again.
+        """
+        self.display_changed.emit(self.display_options())
+        if self._frame is not None:
+            return
         t = self.tiler
         if t is None or not self._has_frame:
             return
@@ -495,6 +560,9 @@ class ImageGridWidget(QtWidgets.QWidget):
         del blocker
 
     def _on_alpha_toggled(self, checked: bool) -> None:
+        if self._frame is not None:
+            self._retile()
+            return
         try:
             self._retile()
         except TilerError as err:  # an RGBA grid over the size limit: stay RGB
@@ -506,6 +574,9 @@ class ImageGridWidget(QtWidgets.QWidget):
 
     def _on_columns_changed(self, value: int) -> None:
         t = self.tiler
+        if self._frame is not None:
+            self.display_changed.emit(self.display_options())
+            return
         if t is None:
             return
         try:
@@ -579,7 +650,20 @@ class ImageGridWidget(QtWidgets.QWidget):
         x0, y0 = t.tile_origin(env)
         pixel = t.grid[y0 + py, x0 + px].tolist()
         kind = "rgba" if len(pixel) == 4 else "rgb"
-        return f"env {env}  x {px} y {py}  {kind}({', '.join(str(v) for v in pixel)})"
+        text = f"env {env}  x {px} y {py}  shown {kind}({', '.join(str(v) for v in pixel)})"
+        changes = []
+        if self.flip_check.isChecked():
+            changes.append("rows flipped")
+        if self.channel_combo.currentIndex() == 1:
+            changes.append("R↔B swapped")
+        frame = self._frame
+        if frame is not None:
+            fmt, stored = frame.stored_pixel(env, px, py)
+            if (fmt, tuple(stored)) != (kind, tuple(pixel)):
+                text += f"  stored {fmt}({', '.join(str(v) for v in stored)})"
+        if changes:
+            text += f"  ({', '.join(changes)} for display)"
+        return text
 
     def _set_hover_text(self, text: str) -> None:
         if text == self._hover_text:
@@ -631,19 +715,54 @@ class ImageGridWidget(QtWidgets.QWidget):
         """
         if env is None:
             self._selected = None
-            self.highlight.setVisible(False)
+            self._selection = ()
+            self._place_highlight()
             return
         if self.tiler is None:
             raise TilerError("env: no images shown yet")
         self.tiler.tile_origin(env)  # validates
         self._selected = int(env)
+        self._selection = (*(e for e in self._selection if e != self._selected), self._selected)
+        if not QtWidgets.QApplication.keyboardModifiers() & Qt.KeyboardModifier.ControlModifier:
+            self._selection = (self._selected,)
         self._place_highlight()
         if self._single is not None and self._single.isVisible():
             self._single.set_image(self._selected, self.tiler.tile_view(self._selected))
         self.env_selected.emit(self._selected)
 
+    @property
+    def selection(self) -> tuple[int, ...]:
+        """Every highlighted env (the primary selection last)."""
+        return self._selection
+
+    def set_selection(self, envs: tuple[int, ...] | list[int]) -> None:
+        """Highlight every env in ``envs`` (out-of-range ones are dropped); the last is the primary."""
+        t = self.tiler
+        limit = t.num_envs if t is not None else 1 << 31
+        self._selection = tuple(int(e) for e in envs if 0 <= int(e) < limit)
+        self._selected = self._selection[-1] if self._selection else None
+        self._place_highlight()
+
     def _place_highlight(self) -> None:
         t, env = self.tiler, self._selected
+        others = [e for e in self._selection if e != env]
+        while len(self._extra_highlights) < len(others):
+            item = QtWidgets.QGraphicsRectItem()
+            pen = QtGui.QPen(QtGui.QColor(255, 210, 0, 170), 1.5)
+            pen.setCosmetic(True)
+            pen.setStyle(Qt.PenStyle.DashLine)
+            item.setPen(pen)
+            item.setBrush(Qt.BrushStyle.NoBrush)
+            item.setZValue(19)
+            self.view_box.addItem(item, ignoreBounds=True)
+            self._extra_highlights.append(item)
+        for i, item in enumerate(self._extra_highlights):
+            if t is None or i >= len(others):
+                item.setVisible(False)
+                continue
+            x0, y0 = t.tile_origin(others[i])
+            item.setRect(QtCore.QRectF(x0, y0, t.width, t.height))
+            item.setVisible(True)
         if t is None or env is None:
             self.highlight.setVisible(False)
             return

@@ -1,13 +1,19 @@
 """The monitor window: RpcPanel mirror, tiled image grid, plots, debug draw, command traffic.
 
-One 60 Hz timer drives everything through :meth:`MainWindow.tick`:
+The window is a view of :class:`~lucky_monitor.core.session.Tick` values. One
+60 Hz timer calls :meth:`MainWindow.tick`, which asks the session for one
+Tick (``session.step()``: every read of the segment happens there, once) and
+hands it to each part:
 
-* ``MonitorCore.poll()`` — counters, guarded copies. The image seqlock wraps
-  the grid's fused copy-and-tile straight from the read-only mapping into the
-  back buffer; only a consistent copy is presented (one ``setImage``);
-* the history gets the new frame's rewards/dones/truncateds;
-* the QML backend, the plots (15 Hz) and the traffic table (5 Hz) refresh
-  from Qt-free state. Nothing in the 60 Hz path is per env.
+* the QML backend maps it to properties (:meth:`MonitorBackend.apply`);
+* the image grid shows the session's front grid when a new consistent copy
+  arrived (one ``setImage``, no copy);
+* the plots (10 Hz, backing off when painting makes the poll late) read the
+  session's history; the traffic table gets the tick's new entries;
+* the status bar and the title say the same state and rates as the panel.
+
+User actions go back through session methods (display options, env
+selection, pause, commands). Nothing in the 60 Hz path is per env.
 """
 
 from __future__ import annotations
@@ -20,9 +26,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
 from ..core.history import History
-from ..core.monitor import MonitorCore
-from ..core.tiler import FrameMeta
-from ..core.traffic import TrafficLog
+from ..core.session import MonitorSession, Tick
 from ..protocol.errors import LuckyMonitorError
 from .backend import MonitorBackend, state_color
 from .image_grid import ImageGridWidget
@@ -33,7 +37,7 @@ from .traffic_view import TrafficView
 POLL_HZ = 60
 PLOT_EVERY = 6  # ticks: plots refresh at 10 Hz (axis layout is their main cost) ...
 PLOT_EVERY_MAX = 30  # ... and back off to 2 Hz when painting makes the poll late
-TRAFFIC_EVERY = 12  # ticks: 5 Hz
+TRAFFIC_EVERY = 12  # ticks: the traffic table repaints at 5 Hz (the taps are read every tick)
 
 class MainWindow(QtWidgets.QMainWindow):
     """The whole monitor. ``name=None`` follows the newest live segment.
@@ -50,15 +54,16 @@ class MainWindow(QtWidgets.QMainWindow):
     """
 
     def __init__(self, name: str | None = None, *, columns: int | None = None,
-                 settings: QtCore.QSettings | None = None) -> None:
+                 settings: QtCore.QSettings | None = None, persist: bool = True,
+                 session: MonitorSession | None = None) -> None:
         super().__init__()
         self.settings = settings or QtCore.QSettings("lucky-monitor", "lucky-monitor")
+        self.persist = persist  # False for one-off runs (--columns, --screenshot): nothing is saved
         self.setWindowTitle("lucky-monitor")
         self.resize(1600, 1000)
-        self._meta = FrameMeta()
-        self.core = MonitorCore(name, image_sink=self._image_sink)
+        self.session = session or MonitorSession(name)
         self.history = History(1)
-        self.traffic_log: TrafficLog | None = None
+        self.last_tick: Tick | None = None
         self._generation = -1
         self._ticks = 0
         self._paused = False
@@ -73,6 +78,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.grid = ImageGridWidget()
         self.plots = PlotsPanel(self.history)
         self.grid.env_selected.connect(self._on_env_selected)
+        self.grid.display_changed.connect(self.session.set_display)
         split = QtWidgets.QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.grid)
         split.addWidget(self.plots)
@@ -86,7 +92,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.setCentralWidget(split)
 
         # --- QML: RpcPanel (left), debug draw (right)
-        self.backend = MonitorBackend(self)
+        self.backend = MonitorBackend(self.session, self)
         self.panel = make_quick_widget(self.backend, "RpcPanel", self)
         self.panel.setMinimumWidth(340)
         self.draw_form = make_quick_widget(self.backend, "DebugDraw", self)
@@ -180,54 +186,58 @@ class MainWindow(QtWidgets.QMainWindow):
         s.sync()
 
     # -------------------------------------------------------------- frame
-    def _image_sink(self, images) -> None:
-        """Called by the core under the image seqlock: fused copy-and-tile into the back grid."""
-        self.grid.copy_frame(images, self._meta)
-
-    def _on_attach(self) -> None:
-        core = self.core
-        h = core.header
-        assert h is not None
-        self._generation = core.generation
-        self._meta = FrameMeta(src_format=h.pixel_format, bottom_up=h.bottom_up)
-        self.history = History(h.num_envs)
+    def _on_attach(self, tick: Tick) -> None:
+        """A new attach or a detach: per-session views start afresh."""
+        self._generation = tick.generation
+        self.history = tick.history or History(1)
         self.plots.set_history(self.history)
-        self.traffic_log = TrafficLog(core.segment)
-        self.traffic.set_log(self.traffic_log)
-        if self._wanted_columns and self.grid.columns_spin.value() != self._wanted_columns:
-            self.grid.columns_spin.setValue(self._wanted_columns)
-        if not h.has_images:
-            self.grid.status_label.setText("this engine exports no image region")
+        self.traffic.clear()
+        self.grid.set_selection(())
+        h = tick.header
+        if h is None:
+            self.grid.clear_image(tick.text)
+        elif not h.has_images:
+            self.grid.clear_image("this engine exports no image region")
+        else:
+            self.grid.clear_image("waiting for the first image")
+            if self._wanted_columns:
+                self.session.set_display(self.grid.display_options())
 
     def tick(self) -> None:
         t0 = time.perf_counter()
-        core = self.core
-        frame = core.poll()
-        if core.header is not None and core.generation != self._generation:
-            self._on_attach()
-        if frame is not None:
-            if self.history.last_frame_seq is None or frame.frame_seq > self.history.last_frame_seq:
-                self.history.append(frame.frame_seq, frame.t, frame.rewards, frame.dones, frame.truncateds)
-            if frame.image_updated and not self._paused:
-                c = core.counters
-                self.grid.present(FrameMeta(image_seq=frame.image_seq, image_frame_seq=frame.image_frame_seq,
-                                            torn=c.torn_images, src_format=self._meta.src_format,
-                                            bottom_up=self._meta.bottom_up))
+        tick = self.session.step()
+        self.last_tick = tick
+        if tick.generation != self._generation:
+            self._on_attach(tick)
+        self.backend.apply(tick)
+        if not self._paused:
+            image = tick.image
+            if image is not None and (image.new or self.grid.tiler is not image.layout):
+                self.grid.show_image(image, tick.counters.torn_images)
+            if tick.display_error:
+                self.grid.status_label.setText(tick.display_error)
+            self.traffic.add(tick.traffic, tick.traffic_stats, tick.t)
         self._ticks += 1
-        if self._ticks % 2 == 0:
-            self.backend.update(core)
         self._since_plot += 1
         if self._since_plot >= self._plot_every and not self._paused:
             self._since_plot = 0
+            self.plots.set_sampling_cause(self._sampling_cause(tick))
             self.plots.update_view()
-        if self._ticks % TRAFFIC_EVERY == 0 and self.traffic_log is not None and core.segment is not None:
-            self.traffic_log.poll()
-            if not self._paused:
-                self.traffic.refresh()
-        if self._ticks % 15 == 0:
-            self._update_status()
+        if self._ticks % TRAFFIC_EVERY == 0 and not self._paused:
+            self.traffic.refresh()
+        if self._ticks % 15 == 0 or tick.state != getattr(self, "_shown_state", None):
+            self._shown_state = tick.state
+            self._update_status(tick)
         self._tick_cost = time.perf_counter() - t0
         self._adapt_plot_rate(t0)
+
+    @staticmethod
+    def _sampling_cause(tick: Tick) -> str:
+        """Why frames were skipped: the engine outran the poll, or the monitor itself was late."""
+        c = tick.counters
+        if c.late_polls and c.late_polls * 2 >= c.frames_skipped:
+            return f"the monitor was busy ({c.late_polls} late polls)"
+        return "the engine steps faster than the 60 Hz poll"
 
     def _adapt_plot_rate(self, now: float) -> None:
         """Keep the poll near 60 Hz: when repaints make ticks late, refresh the plots less often.
@@ -244,16 +254,21 @@ class MainWindow(QtWidgets.QMainWindow):
         elif self._gap_ema < 1.1 * nominal:
             self._plot_every = max(PLOT_EVERY, self._plot_every - 1)
 
-    def _update_status(self) -> None:
-        st = self.core.status
-        text = st.text + (f" — {st.reason}" if st.reason else "") + (f"   ({st.notice})" if st.notice else "")
+    def _update_status(self, tick: Tick | None = None) -> None:
+        tick = tick or self.last_tick
+        if tick is None:
+            return
+        text = tick.text + (f" — {tick.reason}" if tick.reason else "") + (f"   ({tick.notice})" if tick.notice else "")
         self.state_label.setText(text)
-        self.state_label.setStyleSheet(f"color: {state_color(st.state)};")
-        r = self.core.rates
-        if self.core.header is not None:
-            self.rate_label.setText(f"{r.frames_per_s:8.1f} frames/s   {r.images_per_s:5.1f} images/s   "
-                                    f"poll {self._tick_cost * 1e3:4.1f} ms")
-        title = f"lucky-monitor — {st.name or 'no segment'} — {st.state.value}"
+        self.state_label.setStyleSheet(f"color: {state_color(tick.state)};")
+        if tick.header is not None:
+            # The same rounding as the panel: both read this tick's rates.
+            fps = "—" if tick.rates.frames_per_s is None else f"{tick.rates.frames_per_s:.1f}"
+            ips = "—" if tick.rates.images_per_s is None else f"{tick.rates.images_per_s:.1f}"
+            self.rate_label.setText(f"{fps} frames/s   {ips} images/s   poll {self._tick_cost * 1e3:4.1f} ms")
+        else:
+            self.rate_label.setText("")
+        title = f"lucky-monitor — {tick.name or 'no segment'} — {tick.state.value}"
         if self._paused:
             title += " (paused)"
         if title != self._last_title:
@@ -266,6 +281,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._paused = bool(paused)
         self.pause_action.setChecked(self._paused)
         self.plots.set_paused(self._paused)
+        self.session.set_paused(self._paused)
         self._update_status()
 
     def _on_env_selected(self, env: int) -> None:
@@ -275,20 +291,42 @@ class MainWindow(QtWidgets.QMainWindow):
             chosen = [e for e in current if e != env] + [env]
         else:
             chosen = [env]
-        self.history.set_selected(chosen[-8:])
+        chosen = chosen[-8:]
+        self.session.select(chosen)
+        self.grid.set_selection(chosen)
 
-    def _ask_path(self, title: str, default: str, filt: str) -> str | None:
-        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, title, default, filt)
+    def _ask_path(self, title: str, default_name: str, filt: str) -> str | None:
+        start = os.path.join(self._save_dir(), default_name)
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, title, start, filt)
+        if path:
+            self.settings.setValue("files/last_dir", os.path.dirname(path))
         return path or None
 
+    def _save_dir(self) -> str:
+        """Where save dialogs open: the last folder used, else the user's Pictures (or home) folder."""
+        last = self.settings.value("files/last_dir", "", type=str)
+        if last and os.path.isdir(last):
+            return last
+        loc = QtCore.QStandardPaths.StandardLocation.PicturesLocation
+        pictures = QtCore.QStandardPaths.writableLocation(loc)
+        return pictures if pictures and os.path.isdir(pictures) else os.path.expanduser("~")
+
     def _default_name(self, suffix: str) -> str:
-        name = self.core.status.name or "lucky-monitor"
-        return os.path.join(os.getcwd(), f"{name}_{time.strftime('%Y%m%d-%H%M%S')}{suffix}")
+        name = (self.last_tick.name if self.last_tick else None) or "lucky-monitor"
+        return f"{name}_{time.strftime('%Y%m%d-%H%M%S')}{suffix}"
+
+    def _saved(self, what: str, path: str, action) -> None:
+        try:
+            action(path)
+        except (LuckyMonitorError, OSError) as exc:
+            self.statusBar().showMessage(f"could not save {what}: {exc}", 8000)
+            return
+        self.statusBar().showMessage(f"{what} saved to {os.path.abspath(path)}", 8000)
 
     def _save_grid_dialog(self) -> None:
         path = self._ask_path("Save image grid", self._default_name("_grid.png"), "PNG (*.png)")
         if path:
-            self.grid.save_grid_png(path)
+            self._saved("grid", path, self.grid.save_grid_png)
 
     def _save_env_dialog(self) -> None:
         env = self.grid.selected_env
@@ -297,12 +335,12 @@ class MainWindow(QtWidgets.QMainWindow):
             return
         path = self._ask_path("Save env image", self._default_name(f"_env{env}.png"), "PNG (*.png)")
         if path:
-            self.grid.save_env_png(env, path)
+            self._saved(f"env {env} image", path, lambda p: self.grid.save_env_png(env, p))
 
     def _export_csv_dialog(self) -> None:
         path = self._ask_path("Export plot data", self._default_name(".csv"), "CSV (*.csv)")
         if path:
-            self.plots.export_csv(path)
+            self._saved("plot data", path, self.plots.export_csv)
 
     def save_screenshot(self, path: str) -> None:
         """Render the whole window (QML panels included) into a PNG."""
@@ -313,9 +351,9 @@ class MainWindow(QtWidgets.QMainWindow):
     # ------------------------------------------------------------ closing
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:
         self.timer.stop()
-        self._save_settings()
+        if self.persist:
+            self._save_settings()
         for quick in (self.panel, self.draw_form):  # unload QML before the backend it binds to goes away
             quick.setSource(QtCore.QUrl())
-        self.backend.close()
-        self.core.close()
+        self.session.close()
         super().closeEvent(event)

@@ -71,10 +71,8 @@ SELECTED_COLOURS: tuple[str, ...] = (
     "#46f0f0",
     "#f032e6",
 )
-_SAMPLES_TEXT = (
-    "not every frame reaches the 60 Hz poll (engine faster, or monitor busy): "
-    "values are samples ({n} frames skipped)"
-)
+_SAMPLES_TEXT = "values are samples: {n} frames skipped, because {cause}"
+_DEFAULT_CAUSE = "not every frame reaches the 60 Hz poll"
 _MIN_RASTER_BINS = 64
 
 
@@ -608,10 +606,15 @@ class PlotsPanel(QtWidgets.QWidget):
             self._raster_title = title
             self.raster_plot.setTitle(title)
 
+    def set_sampling_cause(self, cause: str) -> None:
+        """Why frames are skipped, as the amber note will say it (the window knows: engine or monitor)."""
+        self._sampling_cause = cause
+
     def _draw_samples(self, history: History) -> None:
         sampled = history.sampled
         if sampled:
-            self.samples_label.setText(_SAMPLES_TEXT.format(n=history.skipped_total))
+            cause = getattr(self, "_sampling_cause", "") or _DEFAULT_CAUSE
+            self.samples_label.setText(_SAMPLES_TEXT.format(n=history.skipped_total, cause=cause))
         self.samples_label.setVisible(sampled)
 
     # ---------------------------------------------------------------- export

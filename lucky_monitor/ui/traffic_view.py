@@ -1,11 +1,22 @@
-"""The command-traffic table: every envelope seen on the four rings, newest last."""
+"""The command-traffic table: every envelope seen on the four rings, newest last.
+
+A view of Ticks: the window hands each tick's new entries and tap counts to
+:meth:`TrafficView.add`; :meth:`TrafficView.refresh` (a few times a second)
+rebuilds the table only when something changed. The footer's per-ring counts
+of messages, missed bytes and corrupt entries change as soon as the taps
+count them, whether or not a valid message arrived.
+"""
 
 from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
 
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-from ..core.traffic import TrafficEntry, TrafficLog
+from ..core.session import TrafficStats
+from ..core.traffic import TrafficEntry
 
 COLUMNS = ("time", "direction", "method", "correlation", "bytes", "latency", "error")
 
@@ -71,14 +82,19 @@ class TrafficModel(QtCore.QAbstractTableModel):
 class TrafficView(QtWidgets.QWidget):
     """Filterable table of command traffic plus per-ring tap statistics.
 
-    The window calls :meth:`refresh` a few times per second with its
-    :class:`TrafficLog`; the table is rebuilt only when something changed.
+    Parameters
+    ----------
+    capacity
+        Entries kept (the newest).
     """
 
-    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(self, parent: QtWidgets.QWidget | None = None, *, capacity: int = 5000) -> None:
         super().__init__(parent)
-        self.log: TrafficLog | None = None
-        self._seen_total = -1
+        self.entries: collections.deque[TrafficEntry] = collections.deque(maxlen=capacity)
+        self.stats = TrafficStats()
+        self.total = 0
+        self._t0: float | None = None
+        self._shown: tuple[int, TrafficStats] | None = None
         self._filter = ""
         self.model = TrafficModel(self)
         self.table = QtWidgets.QTableView()
@@ -97,6 +113,7 @@ class TrafficView(QtWidgets.QWidget):
         self.follow_check = QtWidgets.QCheckBox("follow")
         self.follow_check.setChecked(True)
         self.stats_label = QtWidgets.QLabel("no segment")
+        self.stats_label.setWordWrap(True)
         top = QtWidgets.QHBoxLayout()
         top.addWidget(QtWidgets.QLabel("method"))
         top.addWidget(self.filter_edit, 1)
@@ -107,36 +124,58 @@ class TrafficView(QtWidgets.QWidget):
         lay.addWidget(self.table, 1)
         lay.addWidget(self.stats_label)
 
-    def set_log(self, log: TrafficLog | None) -> None:
-        self.log = log
-        self._seen_total = -1
+    def clear(self) -> None:
+        """Forget every entry and count (a new attach starts afresh)."""
+        self.entries.clear()
+        self.stats = TrafficStats()
+        self.total = 0
+        self._t0 = None
+        self._shown = None
         self.refresh()
+
+    def add(self, entries: Iterable[TrafficEntry], stats: TrafficStats, t: float | None = None) -> None:
+        """Take one tick's new entries and the taps' counts (cheap; the table updates in :meth:`refresh`)."""
+        new = list(entries)
+        if new and self._t0 is None:
+            self._t0 = new[0].t
+        self.entries.extend(new)
+        self.total += len(new)
+        self.stats = stats
+
+    def filtered(self) -> list[TrafficEntry]:
+        """Entries whose method name contains the filter text (case-insensitive)."""
+        if not self._filter:
+            return list(self.entries)
+        needle = self._filter.lower()
+        return [e for e in self.entries if needle in e.method.lower()]
 
     def _on_filter(self, text: str) -> None:
         self._filter = text.strip()
-        self._seen_total = -1
+        self._shown = None
         self.refresh()
 
     def refresh(self) -> None:
-        log = self.log
-        if log is None:
-            self.model.set_entries([], 0.0)
-            self.stats_label.setText("no segment")
+        """Rebuild the table and footer if anything changed since the last refresh."""
+        key = (self.total, self.stats)
+        if key == self._shown:
             return
-        if log.total == self._seen_total:
-            return
-        self._seen_total = log.total
-        entries = log.filtered(self._filter)
-        t0 = log.entries[0].t if log.entries else 0.0
-        self.model.set_entries(entries, t0)
+        self._shown = key
+        self.model.set_entries(self.filtered(), self._t0 or 0.0)
         if self.follow_check.isChecked():
             self.table.scrollToBottom()
+        st = self.stats
+        if not st.messages:
+            self.stats_label.setText("no segment")
+            return
         parts = []
-        for (pair, direction), st in log.stats.items():
-            text = f"{pair} {direction}: {st.messages}"
-            if st.missed_bytes:
-                text += f" (missed {st.missed_bytes} B)"
-            if st.corrupt:
-                text += f" ({st.corrupt} corrupt)"
+        for ring, count in st.messages.items():
+            text = f"{ring}: {count}"
+            if st.missed_bytes.get(ring):
+                text += f" (missed {st.missed_bytes[ring]} B)"
+            if st.corrupt.get(ring):
+                text += f" ({st.corrupt[ring]} corrupt)"
             parts.append(text)
-        self.stats_label.setText("   ".join(parts) + f"   shown {self.model.rowCount()} of {len(log.entries)}")
+        footer = "   ".join(parts) + f"   shown {self.model.rowCount()} of {len(self.entries)}"
+        if st.last_problem:
+            footer += f"\nlast problem: {st.last_problem}"
+        self.stats_label.setText(footer)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import math
 import subprocess
@@ -368,13 +369,19 @@ def test_csv_parses_back_exactly(tmp_path) -> None:
         history.append(2 * k + 1, k / 7, rewards[k], dones[k], truncs[k])
     history.set_selected([4, 0])
     buffer = io.StringIO()
-    assert history.to_csv(buffer) == 40
+    assert history.to_csv(buffer, wall_offset=1.8e9) == 40
     header, rows = read_csv(buffer.getvalue())
     assert header == [
-        "frame_seq", "t", "mean", "min", "max", "p10", "p90", "dones", "truncateds", "env_4", "env_0",
+        "frame_seq", "t_monotonic_s", "wall_time", "mean", "min", "max", "p10", "p90", "dones", "truncateds",
+        "env_4", "env_0",
     ]  # fmt: skip
     view = history.window()
     assert len(rows) == 40
+    # wall_time is the same instant as UTC ISO 8601 with milliseconds
+    for row in rows:
+        wall = datetime.datetime.fromisoformat(row[2].replace("Z", "+00:00"))
+        assert abs(wall.timestamp() - (float(row[1]) + 1.8e9)) < 1e-3
+    rows = [row[:2] + row[3:] for row in rows]
     table = np.array([[float(cell) for cell in row] for row in rows])
     for column, values in enumerate(
         (view.frame_seq, view.t, view.mean, view.min, view.max, view.p10, view.p90, view.done_count, view.trunc_count)
@@ -404,7 +411,7 @@ def test_csv_errors_are_typed(tmp_path) -> None:
 def test_empty_history_csv_has_only_a_header() -> None:
     buffer = io.StringIO()
     assert History(3).to_csv(buffer) == 0
-    assert buffer.getvalue() == "frame_seq,t,mean,min,max,p10,p90,dones,truncateds\n"
+    assert buffer.getvalue() == "frame_seq,t_monotonic_s,wall_time,mean,min,max,p10,p90,dones,truncateds\n"
 
 
 def test_history_module_does_not_import_qt() -> None:

@@ -1,0 +1,936 @@
+"""The one boundary every view reads: :class:`MonitorSession` and its :class:`Tick`.
+
+Theory of operation
+-------------------
+A view (the window, ``lucky-monitor watch``, a test) calls
+:meth:`MonitorSession.step` at its poll rate (60 Hz in the window). Each call
+
+1. polls the link (:class:`~lucky_monitor.core.monitor.MonitorCore`): one
+   validity check, every live header field read **once**, at most one
+   guarded copy of the hot arrays and at most one seqlock-guarded fused
+   copy-and-tile of the image region into the back grid;
+2. on a new attach (or a detach) starts every per-session thing afresh:
+   history, traffic taps, counters, tools channel, command results, grid
+   geometry (from the header, so a segment recreated with another channel
+   count is shown in its new geometry);
+3. records the frame in the :class:`~lucky_monitor.core.history.History`,
+   swaps the grid buffers when the image copy was consistent, taps the four
+   command rings, collects command replies, sends a due repeated draw, and
+   refreshes the segment list once a second;
+4. returns a frozen :class:`Tick`: everything a view shows, read at one
+   instant. Arrays inside it are the session's own buffers, valid until the
+   next ``step``; a view copies what it keeps.
+
+Writes go only through session methods (:meth:`switch`,
+:meth:`set_display`, :meth:`select`, :meth:`set_service`,
+:meth:`set_sim_mode`, :meth:`draw`, :meth:`repeat`); their outcomes arrive
+as :class:`CommandResult` values in a later tick. Views never see a
+transport object.
+
+This module is Qt-free.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ..protocol import header as hdr
+from ..protocol.errors import LuckyMonitorError, ToolsChannelBusy, ToolsChannelUnavailable
+from ..protocol.header import Header
+from ..protocol.messages import (
+    DrawReq,
+    DrawResp,
+    MethodId,
+    SetServiceEnabledReq,
+    SetServiceEnabledResp,
+    SetSimulationModeReq,
+    SetSimulationModeResp,
+    SimulationMode,
+)
+from ..transport.discovery import list_segments, pid_alive
+from ..transport.tools import ToolsChannel, tools_owner
+from . import drawing
+from .commands import CommandClient, Reply
+from .history import History
+from .monitor import Counters, LinkState, MonitorCore, Rates
+from .tiler import Tiler, TilerError
+from .traffic import TapStats, TrafficEntry, TrafficLog
+
+__all__ = [
+    "CommandResult",
+    "CommandsState",
+    "DisplayOptions",
+    "FrameData",
+    "ImageFrame",
+    "LinkState",
+    "LiveFields",
+    "MonitorSession",
+    "SegmentEntry",
+    "Tick",
+    "ToolsState",
+    "TrafficStats",
+]
+
+DRAW_KINDS = ("line", "arrow", "velocity")
+MAX_REPEAT_HZ = 60.0
+
+
+# ---------------------------------------------------------------------------
+# The values a Tick is made of
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LiveFields:
+    """The live header fields, read once by one ``step``."""
+
+    client_pid: int
+    frame_seq: int
+    action_seq: int
+    image_seq: int
+    image_frame_seq: int
+    heartbeat_ns: int
+    services_enabled: int
+    sim_mode: int
+    engine_state: int
+
+    @property
+    def turn(self) -> str:
+        """``"trainer"``, ``"engine"``, ``"free-run"`` or ``"violation"``."""
+        if self.client_pid == 0:
+            return "free-run"
+        gap = self.frame_seq - self.action_seq
+        return {1: "trainer", 0: "engine"}.get(gap, "violation")
+
+
+@dataclass(frozen=True, slots=True)
+class DisplayOptions:
+    """How the image grid decodes and lays out tiles: plain values, no widget.
+
+    ``columns`` ``None`` is near-square; ``flip_rows`` flips on top of the
+    header's bottom-up flag; ``swap_rb`` swaps red and blue after decoding;
+    ``show_alpha`` keeps alpha as a fourth channel.
+    """
+
+    columns: int | None = None
+    flip_rows: bool = False
+    swap_rb: bool = False
+    show_alpha: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FrameData:
+    """A new frame of hot data (views of the session's buffers, valid until the next step)."""
+
+    frame_seq: int
+    action_seq: int
+    rewards: np.ndarray
+    dones: np.ndarray
+    truncateds: np.ndarray | None
+    consistent: bool
+    skipped: int
+
+
+@dataclass(frozen=True, slots=True)
+class ImageFrame:
+    """The grid as it should be shown now.
+
+    ``grid`` is the front buffer (read-only view), ``layout`` its geometry
+    (``env_at``, ``tile_origin``, ``columns``...); both are valid until the
+    next step that brings a new image. ``new`` says whether this step copied
+    a new batch (else it repeats the last one, e.g. after a geometry change).
+    """
+
+    grid: np.ndarray
+    layout: Tiler
+    image_seq: int
+    image_frame_seq: int
+    src_format: str
+    bottom_up: bool
+    options: DisplayOptions
+    new: bool
+
+    def stored_pixel(self, env: int, x: int, y: int) -> tuple[str, tuple[int, ...]]:
+        """The source format and the pixel's channel values as the engine stored them.
+
+        ``(x, y)`` is the pixel inside the env's *displayed* tile. The stored
+        value is recovered from the displayed one by undoing the display
+        options (row flip, R↔B swap, channel order); a dropped alpha channel
+        cannot be recovered and is left out.
+        """
+        t = self.layout
+        x0, y0 = t.tile_origin(env)
+        px = tuple(int(v) for v in self.grid[y0 + y, x0 + x])
+        fmt = self.src_format
+        if fmt == "gray":
+            return fmt, (px[0],)
+        rgb = (px[2], px[1], px[0]) if self.options.swap_rb else px[:3]
+        if fmt in ("bgr", "bgra"):
+            rgb = (rgb[2], rgb[1], rgb[0])
+        if fmt in ("rgba", "bgra") and len(px) == 4:
+            return fmt, (*rgb, px[3])
+        return (fmt[:3] if len(px) < 4 else fmt), rgb
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsState:
+    """The tools channel as this session sees it.
+
+    ``exported``: the engine exports one. ``ours``: this session holds it.
+    ``owner_pid``: who holds it (0 free). ``reason``: why commands cannot be
+    sent now ("" when ``ours``).
+    """
+
+    exported: bool = False
+    ours: bool = False
+    owner_pid: int = 0
+    reason: str = "no segment attached"
+    ring_size: int = 0
+
+    @property
+    def owner_text(self) -> str:
+        if not self.exported:
+            return "—"
+        if self.ours:
+            return f"this monitor (pid {self.owner_pid})"
+        return f"pid {self.owner_pid}" if self.owner_pid else "free"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """The outcome of one command sent through the session.
+
+    ``kind`` is ``"service"``, ``"sim"``, ``"line"``, ``"arrow"``,
+    ``"velocity"``, ``"clear"`` or ``"reply"`` (an unreadable reply on the
+    tools ring, which no request claims); ``target`` the service bit or sim
+    mode (0 for draws). ``status`` is ``"ok"`` or ``"error"``.
+    """
+
+    kind: str
+    target: int
+    status: str
+    text: str
+    rtt_s: float | None = None
+    correlation_id: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandsState:
+    """Requests in flight and the repeat scheduler."""
+
+    pending_services: frozenset[int] = frozenset()
+    sim_pending: bool = False
+    draw_pending: bool = False
+    repeat_kind: str = ""
+    repeat_hz: float = 0.0
+    draws_answered: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentEntry:
+    """One segment in the picker."""
+
+    name: str
+    server_pid: int
+    alive: bool
+    num_envs: int
+    age_s: float | None  # since the engine's session began; None where unknown
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficStats:
+    """Per-ring tap counts of this attach, keyed ``"main c2s"`` ... ``"tools s2c"``."""
+
+    messages: dict[str, int] = field(default_factory=dict)
+    missed_bytes: dict[str, int] = field(default_factory=dict)
+    corrupt: dict[str, int] = field(default_factory=dict)
+    last_problem: str | None = None
+    total: int = 0
+
+    @property
+    def corrupt_total(self) -> int:
+        return sum(self.corrupt.values())
+
+    @property
+    def missed_total(self) -> int:
+        return sum(self.missed_bytes.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Everything a view shows, from one :meth:`MonitorSession.step`.
+
+    Counters, rates, results and traffic belong to the current attach
+    (``generation``): a new attach starts them afresh. ``header`` is ``None``
+    while nothing is attached.
+    """
+
+    t: float
+    seq: int
+    generation: int
+    state: LinkState
+    text: str
+    reason: str | None
+    notice: str | None
+    name: str | None  # the segment followed or attached
+    selected: str | None  # what was asked for (None: the newest live one)
+    header: Header | None
+    live: LiveFields | None
+    heartbeat_age_s: float | None
+    engine_alive: bool | None
+    trainer_alive: bool | None  # None: no trainer attached
+    rates: Rates
+    counters: Counters
+    reattached: int
+    frame: FrameData | None
+    image: ImageFrame | None
+    display_error: str | None
+    history: History | None
+    tools: ToolsState
+    results: tuple[CommandResult, ...]
+    commands: CommandsState
+    segments: tuple[SegmentEntry, ...]
+    segments_changed: bool
+    traffic: tuple[TrafficEntry, ...]
+    traffic_stats: TrafficStats
+    paused: bool
+
+    @property
+    def attached(self) -> bool:
+        return self.header is not None
+
+    @property
+    def engine_share(self) -> float | None:
+        """Share of lock-step polls in the engine's turn (``None``: no trainer or no samples)."""
+        if self.live is None or self.live.client_pid == 0:
+            return None
+        return self.rates.engine_share
+
+
+# ---------------------------------------------------------------------------
+# Double-buffered grid
+# ---------------------------------------------------------------------------
+
+
+class TileBuffers:
+    """Two grids of one geometry: copy into the back, swap when the copy proved consistent.
+
+    A torn copy is never swapped in, so the front grid always holds the last
+    good frame.
+    """
+
+    def __init__(self, *, gap: int = 2, gap_value: int | tuple[int, int, int] = 40) -> None:
+        self.gap = gap
+        self.gap_value = gap_value
+        self.front: Tiler | None = None
+        self.back: Tiler | None = None
+        self.has_frame = False
+
+    def configure(self, n: int, h: int, w: int, c: int, columns: int | None) -> str | None:
+        """(Re)allocate for a geometry; return why ``columns`` could not be used, or ``None``."""
+        err = None
+        try:
+            front = Tiler(n, h, w, c, columns=columns, gap=self.gap, gap_value=self.gap_value)
+        except TilerError as exc:
+            if columns is None:
+                raise
+            err = str(exc)
+            front = Tiler(n, h, w, c, gap=self.gap, gap_value=self.gap_value)
+        self.front = front
+        self.back = Tiler(n, h, w, c, columns=front.columns_setting, gap=self.gap, gap_value=self.gap_value)
+        self.has_frame = False
+        return err
+
+    def set_columns(self, columns: int | None) -> None:
+        """Change the columns of both grids (raises ``TilerError`` when they would not fit)."""
+        assert self.front is not None and self.back is not None
+        self.front.columns = columns
+        try:
+            self.back.columns = columns
+        except TilerError:
+            self.front.columns = self.back.columns_setting
+            raise
+        self.has_frame = False
+
+    def copy(self, images: np.ndarray, src_format: str, bottom_up: bool, o: DisplayOptions) -> None:
+        assert self.back is not None
+        self.back.tile(images, src_format=src_format, flip_rows=bottom_up != o.flip_rows, swap_rb=o.swap_rb,
+                       show_alpha=o.show_alpha)
+
+    def swap(self) -> None:
+        self.front, self.back = self.back, self.front
+        self.has_frame = True
+
+
+# ---------------------------------------------------------------------------
+# The session
+# ---------------------------------------------------------------------------
+
+
+class MonitorSession:
+    """Follow one segment (by name, or the newest live one) and describe it once per step.
+
+    Parameters
+    ----------
+    name
+        Segment name; ``None`` follows the newest live ``prefix*`` segment.
+    prefix
+        Name prefix for discovery.
+    tools
+        Claim the engine's tools channel to send commands (``False``: never
+        write a byte anywhere, as ``watch`` does).
+    images
+        Copy and tile the image region (``False``: follow ``image_seq`` only).
+    discover
+        Refresh the segment list once a second (for a picker).
+    traffic
+        Tap the four command rings.
+    history_capacity
+        Frames kept by the history.
+    command_timeout_s
+        A request without a reply after this long is reported as timed out.
+    tools_pid
+        The pid written into the tools channel's owner word (default: this process).
+    stall_after
+        Seconds without a heartbeat before the link reads *stalled*.
+    clock
+        Monotonic seconds, used when ``step`` is called without ``now``.
+    """
+
+    SEGMENTS_PERIOD_S = 1.0
+    CLAIM_RETRY_S = 1.0
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        prefix: str = "LuckyEngine_",
+        tools: bool = True,
+        images: bool = True,
+        discover: bool = True,
+        traffic: bool = True,
+        history_capacity: int = 36000,
+        command_timeout_s: float = 2.0,
+        tools_pid: int | None = None,
+        stall_after: float = 2.0,
+        poll_hz: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.clock = clock
+        self._link = MonitorCore(name, prefix=prefix, image_sink=self._sink if images else None,
+                                 stall_after=stall_after, clock=clock)
+        self._link.copy_images = images
+        self._link.on_attach = self._configure_grid
+        self._link.poll_period = 1.0 / poll_hz
+        self._want_tools = tools
+        self._want_images = images
+        self._want_discover = discover
+        self._want_traffic = traffic
+        self._history_capacity = history_capacity
+        self._timeout = command_timeout_s
+        self._tools_pid = os.getpid() if tools_pid is None else int(tools_pid)
+        self._seq = 0
+        self._generation = -1
+        self._closed = False
+        self._in_step = False
+        self._close_after_step = False
+        # per attach
+        self._header: Header | None = None
+        self.history: History | None = None
+        self._traffic: TrafficLog | None = None
+        self._buffers = TileBuffers()
+        self._display = DisplayOptions()
+        self._src_format = "auto"
+        self._bottom_up = False
+        self._copy_error: str | None = None  # why this step's image copy failed
+        self._last_copy_error: str | None = None  # ... and the last copy's, until one succeeds
+        self._display_error: str | None = None  # why the display options could not be applied
+        self._paused = False
+        # tools and commands
+        self._chan: ToolsChannel | None = None
+        self._client: CommandClient | None = None
+        self._tools = ToolsState()
+        self._next_claim = 0.0
+        self._pending: dict[int, tuple[str, int]] = {}
+        self._results: list[CommandResult] = []
+        self._last_draw: dict[str, DrawReq] = {}
+        self._repeat: tuple[str, float] = ("", 0.0)
+        self._repeat_next = 0.0
+        self._repeat_cid: int | None = None
+        self._draws_answered = 0
+        # discovery
+        self._segments: tuple[SegmentEntry, ...] = ()
+        self._next_segments = 0.0
+        self._segments_changed = False
+
+    # ------------------------------------------------------------ reading
+    @property
+    def name(self) -> str | None:
+        """The segment asked for (``None``: the newest live one)."""
+        return self._link.name
+
+    @property
+    def prefix(self) -> str:
+        return self._link.prefix
+
+    @property
+    def display(self) -> DisplayOptions:
+        return self._display
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def step(self, now: float | None = None) -> Tick:
+        """Poll once and describe the result.
+
+        Never raises for anything the segment, the rings or the engine do.
+
+        Parameters
+        ----------
+        now
+            Monotonic seconds of this poll (default: the session's clock).
+        """
+        if now is None:
+            now = self.clock()
+        if self._closed:
+            return self._tick(now, None, False, ())
+        self._in_step = True
+        try:
+            return self._step(now)
+        finally:
+            self._in_step = False
+            if self._close_after_step:
+                self.close()
+
+    def _step(self, now: float) -> Tick:
+        self._copy_error = None
+        frame = self._link.poll(now)
+        if self._link.generation != self._generation:
+            self._on_attach_changed(now)
+        fd: FrameData | None = None
+        new_image = False
+        if frame is not None:
+            hist = self.history
+            if frame.frame_seq > 0 and (hist is not None and
+                                        (hist.last_frame_seq is None or frame.frame_seq > hist.last_frame_seq)):
+                hist.append(frame.frame_seq, now, frame.rewards, frame.dones, frame.truncateds)
+            fd = FrameData(frame.frame_seq, frame.action_seq, _ro(frame.rewards), _ro(frame.dones),
+                           None if frame.truncateds is None else _ro(frame.truncateds), frame.hot_ok,
+                           frame.frames_skipped)
+            if frame.image_updated and self._copy_error is None and self._buffers.back is not None:
+                self._buffers.swap()
+                new_image = True
+        if self._copy_error is not None:
+            self._last_copy_error = self._copy_error
+        elif new_image:
+            self._last_copy_error = None
+        traffic: tuple[TrafficEntry, ...] = ()
+        if self._traffic is not None and self._link.live is not None:
+            traffic = tuple(self._traffic.poll())
+        if self._want_tools:
+            self._service_tools(now)
+        self._segments_changed = False
+        if self._want_discover and now >= self._next_segments:
+            self._next_segments = now + self.SEGMENTS_PERIOD_S
+            self._refresh_segments()
+        img_seq = frame.image_seq if frame is not None else 0
+        img_fseq = frame.image_frame_seq if frame is not None else 0
+        return self._tick(now, fd, new_image, traffic, img_seq, img_fseq)
+
+    # ------------------------------------------------------------ writing
+    def switch(self, name: str | None) -> None:
+        """Follow another segment (``None`` or ``""``: the newest live one)."""
+        target = name or None
+        if target == self._link.name:
+            return
+        self._link.switch(target)
+        self._next_segments = 0.0
+
+    def set_display(self, options: DisplayOptions) -> None:
+        """Change decoding/layout; applies at the next step (the images are copied again)."""
+        if options == self._display:
+            return
+        old, self._display = self._display, options
+        self._display_error = None
+        if options.columns != old.columns and self._buffers.front is not None:
+            try:
+                self._buffers.set_columns(options.columns)
+            except TilerError as exc:
+                self._display_error = str(exc)
+                self._display = replace(options, columns=self._buffers.front.columns_setting)
+        self._link.request_images()
+
+    def set_paused(self, paused: bool) -> None:
+        """Stop copying images while a view's display is paused (history and counters go on)."""
+        self._paused = bool(paused)
+        self._link.copy_images = self._want_images and not self._paused
+        if not self._paused:
+            self._link.request_images()
+
+    def select(self, envs: tuple[int, ...] | list[int]) -> None:
+        """Envs whose rewards the history records individually (at most 8, newest last)."""
+        if self.history is not None:
+            ids = [e for e in envs if 0 <= int(e) < self.history.num_envs]
+            self.history.set_selected(ids[-8:])
+
+    def set_service(self, bit: int, enabled: bool) -> None:
+        """Ask the engine to enable or disable service ``bit``."""
+        if not 0 <= bit < len(hdr.SERVICES):
+            self._results.append(CommandResult("service", bit, "error", f"error: no service bit {bit}"))
+            return
+        h = self._header
+        if h is None or not (h.services_available >> bit & 1):
+            self._results.append(CommandResult("service", bit, "error", "error: service not available"))
+            return
+        self._send("service", bit, MethodId.SetServiceEnabledReq,
+                   SetServiceEnabledReq(service=bit, enabled=bool(enabled)))
+
+    def set_sim_mode(self, mode: int) -> None:
+        """Ask the engine for simulation mode ``mode`` (0 realtime, 1 deterministic, 2 fast)."""
+        if mode not in hdr.SIM_MODES:
+            self._results.append(CommandResult("sim", mode, "error", f"error: simulation mode {mode} unknown"))
+            return
+        self._send("sim", mode, MethodId.SetSimulationModeReq, SetSimulationModeReq(mode=SimulationMode(mode)))
+
+    def draw(self, kind: str, **values: Any) -> bool:
+        """Send a debug draw built by :mod:`~lucky_monitor.core.drawing`; return whether it was sent.
+
+        ``kind`` ``"line"`` takes ``start, end, rgba, clear``; ``"arrow"``
+        ``origin, direction, rgba, scale, clear``; ``"velocity"`` ``origin,
+        lin_vel_x, lin_vel_y, ang_vel_z, scale, clear``; ``"clear"`` nothing
+        (and stops any repeat). Input the builder rejects becomes an error
+        result; nothing is sent.
+        """
+        try:
+            req = _build_draw(kind, values)
+        except (LuckyMonitorError, ValueError, TypeError) as exc:
+            self._results.append(CommandResult(kind, 0, "error", f"error: {exc}"))
+            return False
+        if kind == "clear":
+            self._repeat = ("", 0.0)
+        else:
+            self._last_draw[kind] = req
+        return self._send(kind, 0, MethodId.DrawReq, req) is not None
+
+    def repeat(self, kind: str, hz: float) -> None:
+        """Resend the last ``kind`` draw at ``hz`` (capped at 60); ``""`` or 0 stops.
+
+        At most one repeated request is in flight.
+        """
+        if not kind or not (hz > 0 and math.isfinite(hz)):
+            self._repeat = ("", 0.0)
+            return
+        if kind not in DRAW_KINDS:
+            self._results.append(CommandResult(kind, 0, "error",
+                                               f"error: cannot repeat {kind!r}; choose line, arrow or velocity"))
+            return
+        if kind not in self._last_draw:
+            self._results.append(CommandResult(kind, 0, "error",
+                                               f"error: nothing to repeat: send the {kind} once first"))
+            return
+        self._repeat_next = self.clock()
+        self._repeat = (kind, min(float(hz), MAX_REPEAT_HZ))
+
+    def close(self) -> None:
+        """Release the tools channel and unmap. Idempotent; safe from a signal handler during a step."""
+        if self._in_step:
+            self._close_after_step = True
+            return
+        if self._closed:
+            return
+        self._repeat = ("", 0.0)
+        self._release("monitor closed")
+        self._link.close()
+        self._traffic = None
+        self._closed = True
+
+    # ------------------------------------------------------------ internals: attach
+    def _on_attach_changed(self, now: float) -> None:
+        self._generation = self._link.generation
+        self._release("segment detached" if self._link.header is None else "re-attached")
+        self._results.clear()
+        self._draws_answered = 0
+        h = self._link.header
+        self._header = h
+        if h is None:
+            self._traffic = None
+            self._buffers = TileBuffers()
+            self._display_error = None
+            self._tools = ToolsState()
+            return
+        self.history = History(h.num_envs, capacity=self._history_capacity)
+        seg = self._link.segment
+        self._traffic = TrafficLog(seg) if self._want_traffic and seg is not None else None
+        if not h.has_tools:
+            self._tools = ToolsState(False, reason="engine exports no tools channel")
+        elif not self._want_tools:
+            self._tools = ToolsState(True, reason="read-only session (sends nothing)",
+                                     ring_size=h.tools_ring_size)
+        else:
+            self._tools = ToolsState(True, reason="tools channel not claimed yet", ring_size=h.tools_ring_size)
+        self._next_claim = now
+        self._next_segments = 0.0
+
+    def _configure_grid(self, h: Header) -> None:
+        """Called by the link on attach, before its first image copy: grids in the header's geometry."""
+        self._buffers = TileBuffers()
+        self._display_error = None
+        self._last_copy_error = None
+        if not (h.has_images and self._want_images):
+            return
+        self._src_format = h.pixel_format
+        self._bottom_up = h.bottom_up
+        try:
+            err = self._buffers.configure(h.num_envs, h.image_height, h.image_width, h.image_channels,
+                                          self._display.columns)
+        except TilerError as exc:  # a grid too large to allocate: say so, show no images
+            self._buffers = TileBuffers()
+            self._display_error = f"images not shown: {exc}"
+            return
+        if err is not None:
+            self._display_error = err
+            self._display = replace(self._display, columns=None)
+
+    def _sink(self, images: np.ndarray) -> None:
+        """Under the image seqlock: fused copy-and-tile into the back grid. Never raises."""
+        if self._buffers.back is None:
+            self._copy_error = "no grid configured"
+            return
+        try:
+            self._buffers.copy(images, self._src_format, self._bottom_up, self._display)
+        except TilerError as exc:
+            self._copy_error = str(exc)
+
+    # ------------------------------------------------------------ internals: tools
+    def _service_tools(self, now: float) -> None:
+        seg = self._link.segment
+        if self._client is not None:
+            self._collect()
+        elif seg is not None and self._tools.exported and now >= self._next_claim:
+            self._try_claim(now)
+        self._run_repeat(now)
+
+    def _try_claim(self, now: float) -> None:
+        seg = self._link.segment
+        assert seg is not None
+        self._next_claim = now + self.CLAIM_RETRY_S
+        ring = self._tools.ring_size
+        try:
+            if seg.still_valid() is not None:
+                return  # gone: the link notices on its next poll
+            owner = tools_owner(seg)
+            if owner and owner != self._tools_pid and pid_alive(owner):
+                raise ToolsChannelBusy(owner)
+            chan = ToolsChannel.claim(seg, pid=self._tools_pid)
+        except ToolsChannelBusy as exc:
+            self._tools = ToolsState(True, False, exc.pid, str(exc), ring)
+        except ToolsChannelUnavailable:
+            self._next_claim = math.inf
+            self._tools = ToolsState(False, reason="engine exports no tools channel")
+        except (LuckyMonitorError, OSError, ValueError) as exc:
+            self._tools = ToolsState(True, False, 0, f"tools channel: {exc}", ring)
+        else:
+            self._chan = chan
+            self._client = CommandClient(chan, timeout_s=self._timeout, clock=self.clock)
+            self._tools = ToolsState(True, True, self._tools_pid, "", ring)
+
+    def _release(self, why: str) -> None:
+        """Fail what is in flight, give the tools channel back, forget the client."""
+        pending, self._pending = self._pending, {}
+        for kind, target in pending.values():
+            self._results.append(CommandResult(kind, target, "error", f"error: {why}"))
+        self._repeat_cid = None
+        chan, self._chan, self._client = self._chan, None, None
+        if chan is not None:
+            chan.release()
+        self._next_claim = self.clock()
+        if self._tools.exported:
+            self._tools = replace(self._tools, ours=False, owner_pid=0, reason="tools channel not claimed yet")
+
+    def _send(self, kind: str, target: int, method: MethodId, payload: object) -> int | None:
+        if self._client is None:
+            reason = self._tools.reason or "tools channel unavailable"
+            self._results.append(CommandResult(kind, target, "error", f"error: {reason}"))
+            return None
+        try:
+            cid = self._client.send(method, payload)
+        except (LuckyMonitorError, ValueError, OverflowError) as exc:
+            self._results.append(CommandResult(kind, target, "error", f"error: {exc}"))
+            return None
+        self._pending[cid] = (kind, target)
+        return cid
+
+    def _collect(self) -> None:
+        assert self._client is not None
+        for r in self._client.poll():
+            what = self._pending.pop(r.correlation_id, None)
+            if what is None:
+                if r.response is None and r.request_method == -1:
+                    # A corrupt ring or an undecodable reply: no request claims it, so say it here.
+                    self._results.append(CommandResult("reply", 0, "error", f"error: {r.error}"))
+                continue
+            kind, target = what
+            if r.correlation_id == self._repeat_cid:
+                self._repeat_cid = None
+            if kind not in ("service", "sim") and r.response is not None:
+                self._draws_answered += 1
+            self._results.append(_result(kind, target, r))
+
+    def _run_repeat(self, now: float) -> None:
+        kind, hz = self._repeat
+        if not kind or self._client is None or self._repeat_cid is not None or now < self._repeat_next:
+            return
+        period = 1.0 / hz
+        self._repeat_next = self._repeat_next + period if now - self._repeat_next < period else now + period
+        self._repeat_cid = self._send(kind, 0, MethodId.DrawReq, self._last_draw[kind])
+
+    # ------------------------------------------------------------ internals: segments
+    def _refresh_segments(self) -> None:
+        wall = time.time()
+        rows = tuple(
+            SegmentEntry(i.name, i.server_pid, i.error is None and i.server_alive, i.num_envs,
+                         None if i.started is None else max(0.0, wall - i.started), i.error)
+            for i in list_segments(self._link.prefix)
+        )
+        if [(r.name, r.alive, r.num_envs, r.error) for r in rows] != [
+            (r.name, r.alive, r.num_envs, r.error) for r in self._segments
+        ] or any(_age_bucket(a.age_s) != _age_bucket(b.age_s) for a, b in zip(rows, self._segments, strict=False)):
+            self._segments_changed = True
+        self._segments = rows
+
+    # ------------------------------------------------------------ internals: the Tick
+    def _tick(self, now: float, fd: FrameData | None, new_image: bool, traffic: tuple[TrafficEntry, ...],
+              image_seq: int = 0, image_frame_seq: int = 0) -> Tick:
+        self._seq += 1
+        link = self._link
+        st = link.status
+        raw = link.live
+        live = None if raw is None else LiveFields(
+            raw.client_pid, raw.frame_seq, raw.action_seq, raw.image_seq, raw.image_frame_seq, raw.heartbeat_ns,
+            raw.services_enabled, raw.sim_mode, raw.engine_state)
+        image = None
+        b = self._buffers
+        if b.has_frame and b.front is not None and self._header is not None:
+            prev = self._last_image
+            image = ImageFrame(
+                grid=_ro(b.front.grid), layout=b.front,
+                image_seq=image_seq if new_image else (prev.image_seq if prev else 0),
+                image_frame_seq=image_frame_seq if new_image else (prev.image_frame_seq if prev else 0),
+                src_format=self._src_format, bottom_up=self._bottom_up, options=self._display, new=new_image)
+        self._last_image = image
+        results, self._results = tuple(self._results), []
+        pend = self._pending.values()
+        commands = CommandsState(
+            pending_services=frozenset(t for k, t in pend if k == "service"),
+            sim_pending=any(k == "sim" for k, _ in pend),
+            draw_pending=any(k in (*DRAW_KINDS, "clear") for k, _ in pend),
+            repeat_kind=self._repeat[0], repeat_hz=self._repeat[1], draws_answered=self._draws_answered)
+        return Tick(
+            t=now,
+            seq=self._seq,
+            generation=link.generation,
+            state=st.state,
+            text=st.text,
+            reason=st.reason,
+            notice=st.notice,
+            name=st.name,
+            selected=link.name,
+            header=self._header,
+            live=live,
+            heartbeat_age_s=link.heartbeat_age,
+            engine_alive=link.engine_alive,
+            trainer_alive=link.trainer_alive,
+            rates=replace(link.rates),
+            counters=replace(link.counters),
+            reattached=link.reattached,
+            frame=fd,
+            image=image,
+            display_error=self._last_copy_error or self._display_error,
+            history=self.history if self._header is not None else None,
+            tools=self._tools,
+            results=results,
+            commands=commands,
+            segments=self._segments,
+            segments_changed=self._segments_changed,
+            traffic=traffic,
+            traffic_stats=self._traffic_stats(),
+            paused=self._paused,
+        )
+
+    _last_image: ImageFrame | None = None
+
+    def _traffic_stats(self) -> TrafficStats:
+        log = self._traffic
+        if log is None:
+            return TrafficStats()
+        stats: dict[tuple[str, str], TapStats] = log.stats
+        key = {k: f"{k[0]} {k[1]}" for k in stats}
+        problem = next((s.last_problem for s in stats.values() if s.last_problem), None)
+        return TrafficStats(
+            messages={key[k]: s.messages for k, s in stats.items()},
+            missed_bytes={key[k]: s.missed_bytes for k, s in stats.items()},
+            corrupt={key[k]: s.corrupt for k, s in stats.items()},
+            last_problem=problem, total=log.total)
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+def _age_bucket(age: float | None) -> int:
+    if age is None:
+        return -1
+    return int(age) if age < 60 else int(age // 60) * 60
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _result(kind: str, target: int, r: Reply) -> CommandResult:
+    if r.error is not None:
+        return CommandResult(kind, target, "error", f"error: {r.error}", r.rtt_s if r.response else None,
+                             r.correlation_id)
+    payload = r.response.payload if r.response is not None else None
+    if kind in (*DRAW_KINDS, "clear"):
+        if isinstance(payload, DrawResp) and not payload.success:
+            return CommandResult(kind, target, "error", f"failed (engine: success = false) {_ms(r.rtt_s)}",
+                                 r.rtt_s, r.correlation_id)
+        return CommandResult(kind, target, "ok", f"success {_ms(r.rtt_s)}", r.rtt_s, r.correlation_id)
+    if kind == "service" and not isinstance(payload, SetServiceEnabledResp):
+        return CommandResult(kind, target, "error", f"error: unexpected reply {type(payload).__name__}", r.rtt_s,
+                             r.correlation_id)
+    if kind == "sim" and not isinstance(payload, SetSimulationModeResp):
+        return CommandResult(kind, target, "error", f"error: unexpected reply {type(payload).__name__}", r.rtt_s,
+                             r.correlation_id)
+    return CommandResult(kind, target, "ok", f"ok {_ms(r.rtt_s)}", r.rtt_s, r.correlation_id)
+
+
+def _build_draw(kind: str, v: dict[str, Any]) -> DrawReq:
+    clear = bool(v.get("clear", False))
+    rgba = v.get("rgba", drawing.DEFAULT_COLOR)
+    if kind == "line":
+        return drawing.line_request(v["start"], v["end"], rgba, clear_previous=clear)
+    if kind == "arrow":
+        return drawing.arrow_request(v["origin"], v["direction"], rgba, scale=v.get("scale", 1.0), clear_previous=clear)
+    if kind == "velocity":
+        return drawing.velocity_request(v.get("origin", (0.0, 0.0, 0.0)), v["lin_vel_x"], v["lin_vel_y"],
+                                        v["ang_vel_z"], scale=v.get("scale", 1.0), clear_previous=clear)
+    if kind == "clear":
+        return drawing.clear_request()
+    raise ValueError(f"unknown draw kind {kind!r}; choose line, arrow, velocity or clear")
