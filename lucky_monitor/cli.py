@@ -728,3 +728,20 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     ok = getattr(resp.payload, "success", False)
     print(f"{'success' if ok else 'refused'} (round trip {rtt * 1e3:.2f} ms)")
     return 0 if ok else 1
+
+
+# ------------------------------------------------------------------ watch
+
+
+def _watch_args(p: argparse.ArgumentParser) -> None:
+    from .watch import add_watch_arguments
+
+    add_watch_arguments(p)
+
+
+@subcommand("watch", "follow a segment in the terminal: state changes and a summary per interval (sends nothing)",
+            _watch_args)
+def _cmd_watch(args: argparse.Namespace) -> int:
+    from .watch import run_watch
+
+    return run_watch(args)

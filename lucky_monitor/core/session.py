@@ -542,6 +542,8 @@ class MonitorSession:
             traffic = tuple(self._traffic.poll())
         if self._want_tools:
             self._service_tools(now)
+        elif self._tools.exported and now >= self._next_claim:
+            self._probe_owner(now)
         self._segments_changed = False
         if self._want_discover and now >= self._next_segments:
             self._next_segments = now + self.SEGMENTS_PERIOD_S
@@ -722,6 +724,20 @@ class MonitorSession:
         elif seg is not None and self._tools.exported and now >= self._next_claim:
             self._try_claim(now)
         self._run_repeat(now)
+
+    def _probe_owner(self, now: float) -> None:
+        """Read-only session: look at the owner word once a second (never claim)."""
+        self._next_claim = now + self.CLAIM_RETRY_S
+        seg = self._link.segment
+        if seg is None:
+            return
+        try:
+            if seg.still_valid() is not None:
+                return
+            owner = tools_owner(seg)
+        except (LuckyMonitorError, OSError, ValueError):
+            return
+        self._tools = replace(self._tools, owner_pid=owner)
 
     def _try_claim(self, now: float) -> None:
         seg = self._link.segment

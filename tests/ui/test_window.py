@@ -19,6 +19,12 @@ from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
 from lucky_monitor.transport.shm import Segment, shm_path
 from tests.conftest import unique_segment_name
 
+def _t(win):
+    """The window's last Tick (the one place its state is read from)."""
+    assert win.last_tick is not None
+    return win.last_tick
+
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -62,15 +68,15 @@ def window(qtbot, settings):
 
 
 def wait_state(qtbot, win, *states, timeout=10000):
-    qtbot.waitUntil(lambda: win.core.status.state in states, timeout=timeout)
+    qtbot.waitUntil(lambda: _t(win).state in states, timeout=timeout)
 
 
 def test_frame_counter_advances_and_title_names_the_segment(qtbot, engine, window):
     win = window(engine.name)
     wait_state(qtbot, win, LinkState.FREE_RUNNING)
-    first = win.core.counters.frames_seen
-    qtbot.waitUntil(lambda: win.core.counters.frames_seen > first + 5, timeout=5000)
-    qtbot.waitUntil(lambda: win.core.counters.images_copied > 2, timeout=5000)
+    first = _t(win).counters.frames_seen
+    qtbot.waitUntil(lambda: _t(win).counters.frames_seen > first + 5, timeout=5000)
+    qtbot.waitUntil(lambda: _t(win).counters.images_copied > 2, timeout=5000)
     qtbot.waitUntil(lambda: engine.name in win.windowTitle() and "free-running" in win.windowTitle(), timeout=5000)
     assert win.history.frames_seen > 0
 
@@ -81,7 +87,7 @@ def test_tile_pixels_equal_engine_image_when_engine_is_idle(qtbot, window):
     try:
         win = window(name)
         eng.tick()
-        qtbot.waitUntil(lambda: win.core.counters.images_copied >= 1, timeout=5000)
+        qtbot.waitUntil(lambda: _t(win).counters.images_copied >= 1, timeout=5000)
         eng.render_now()  # a publication the monitor has not seen
         qtbot.waitUntil(lambda: win.grid.status_label.text().count(str(eng.seg.counter("image_seq"))) > 0,
                         timeout=5000)
@@ -115,7 +121,7 @@ def test_debug_draw_from_the_panel_changes_displayed_pixels(qtbot, window):
     timer.start(1)
     try:
         win = window(name)
-        qtbot.waitUntil(lambda: win.core.counters.images_copied >= 1, timeout=5000)
+        qtbot.waitUntil(lambda: _t(win).counters.images_copied >= 1, timeout=5000)
         qtbot.waitUntil(lambda: win.backend.value("toolsAvailable") is True, timeout=5000)
         before = win.grid.tiler.tile_view(2).copy()
         # A vertical green line through the middle of the track, in every env's image.
@@ -139,7 +145,7 @@ def test_engine_killed_then_recreated_under_the_same_name(qtbot, window, subproc
         assert proc.stdout.readline().strip() == name
         win = window(name)
         wait_state(qtbot, win, LinkState.FREE_RUNNING)
-        session = win.core.header.session_id
+        session = _t(win).header.session_id
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         wait_state(qtbot, win, LinkState.ENGINE_EXITED, LinkState.STALLED)
@@ -151,8 +157,8 @@ def test_engine_killed_then_recreated_under_the_same_name(qtbot, window, subproc
                                 env=subprocess_env)
         assert proc.stdout.readline().strip() == name
         wait_state(qtbot, win, LinkState.FREE_RUNNING)
-        assert win.core.header.session_id != session
-        assert win.core.counters.reattached == 1
+        assert _t(win).header.session_id != session
+        assert _t(win).reattached == 1
         qtbot.waitUntil(lambda: "reattached" in win.state_label.text(), timeout=5000)
     finally:
         proc.kill()
@@ -167,7 +173,7 @@ def test_corrupt_header_shows_the_reason(qtbot, window, segment_factory):
     seg.buf[hdr.OFFSET["obs_offset"]:hdr.OFFSET["obs_offset"] + 8] = (4097).to_bytes(8, "little")
     win = window(seg.name)
     wait_state(qtbot, win, LinkState.INCOMPATIBLE)
-    assert "obs_offset" in win.core.status.reason
+    assert "obs_offset" in (_t(win).reason or '')
     qtbot.waitUntil(lambda: "obs_offset" in win.state_label.text(), timeout=5000)
 
 
