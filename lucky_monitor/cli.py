@@ -4,8 +4,9 @@ Every subcommand is one function decorated with :func:`subcommand`; the
 decorator registers it and (optionally) a function that adds its arguments.
 Errors a user can cause (a missing segment, a bad name, a corrupt header, a
 permission problem) print one line ``lucky-monitor: error: ...`` on stderr and
-exit with the error's ``exit_code``; argparse usage errors exit 2. No
-traceback is ever printed for bad input.
+exit with the error's ``exit_code``; argparse usage errors exit 2. The codes
+are :data:`lucky_monitor.protocol.errors.EXIT_CODES`, the README's "Exit
+codes" table. No traceback is ever printed for bad input.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from typing import Any
 from . import __version__
 from .protocol import header as hdr
 from .protocol.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
     BadMagic,
     HeaderError,
     IncompatibleLayout,
@@ -33,14 +38,9 @@ from .protocol.errors import (
     SegmentNotFound,
     TruncatedSegment,
     UnsupportedVersion,
+    UsageError,
 )
 from .protocol.header import HEADER_SIZE, Header, Region
-
-
-class UsageError(LuckyMonitorError):
-    """A wrong combination of command-line options."""
-
-    exit_code = 2
 
 PROG = "lucky-monitor"
 
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(_join_vector_values(sys.argv[1:] if argv is None else list(argv)))
     except SystemExit as exc:  # --help, --version, usage errors
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_USAGE)
     run: Runner | None = getattr(args, "_run", None)
     try:
         if run is None:
@@ -172,12 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         # stdout closed early (e.g. piped into `head`): not an error worth a message.
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # quiet flush at exit
-        return 0
+        return EXIT_OK
     except OSError as exc:
         _error(exc.strerror or str(exc))
-        return 1
+        return EXIT_FAILED
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -707,6 +707,8 @@ def _draw_args(p: argparse.ArgumentParser) -> None:
 def _cmd_draw(args: argparse.Namespace) -> int:
     from .core import drawing as d
     from .core.commands import CommandClient
+    from .protocol.envelope import Envelope, encode
+    from .protocol.errors import EnvelopeError
     from .protocol.messages import MethodId
     from .transport.shm import Segment
     from .transport.tools import ToolsChannel
@@ -723,11 +725,15 @@ def _cmd_draw(args: argparse.Namespace) -> int:
         req = d.velocity_request(d.parse_numbers(args.origin, 3, "--origin"), vx, vy, wz, args.scale, args.clear)
     else:
         req = d.clear_request()
+    try:  # a value the wire cannot carry is the caller's to fix, found before anything is attached
+        encode(Envelope(method=MethodId.DrawReq, correlation_id=0, payload=req))
+    except EnvelopeError as exc:
+        raise UsageError(f"draw: {str(exc).removeprefix('cannot encode envelope: ')}") from None
     with Segment.attach(args.name) as seg, ToolsChannel.claim(seg) as channel:
         resp, rtt = CommandClient(channel, timeout_s=args.timeout).request(MethodId.DrawReq, req)
     ok = getattr(resp.payload, "success", False)
     print(f"{'success' if ok else 'refused'} (round trip {rtt * 1e3:.2f} ms)")
-    return 0 if ok else 1
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 # ------------------------------------------------------------------ watch

@@ -138,7 +138,7 @@ def test_info_defaults_to_the_newest_live_segment(segment_factory, capsys, monke
     assert main(["info", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["session_id"] == eng.header.session_id
     monkeypatch.setattr(disc, "newest_live", lambda prefix=disc.DEFAULT_PREFIX: None)
-    assert main(["info"]) == 2
+    assert main(["info"]) == 5
     assert "no live" in one_error_line(capsys.readouterr().err)
 
 
@@ -258,7 +258,7 @@ def test_check_truncated_file(shm_name: str, capsys) -> None:
 
 @pytest.mark.parametrize("argv", [["info"], ["check"]])
 def test_bad_names_and_missing_segments(argv: list[str], shm_name: str, capsys) -> None:
-    assert main([*argv, shm_name]) == 2
+    assert main([*argv, shm_name]) == 5
     assert "no segment named" in one_error_line(capsys.readouterr().err)
     assert main([*argv, "../../etc/passwd"]) == 2
     assert "invalid segment name" in one_error_line(capsys.readouterr().err)
@@ -298,7 +298,7 @@ def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 def test_subprocess_exit_codes_without_traceback(shm_name: str, subprocess_env) -> None:
     missing = _run(["info", shm_name], subprocess_env)
-    assert missing.returncode == 2
+    assert missing.returncode == 5
     one_error_line(missing.stderr)
     bad = _run(["check", "bad/name"], subprocess_env)
     assert bad.returncode == 2

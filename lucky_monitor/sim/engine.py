@@ -42,7 +42,7 @@ from ..protocol.envelope import Envelope, decode, encode, error_response
 from ..protocol.errors import EnvelopeError, LuckyMonitorError, RingCorrupt, RingFull
 from ..protocol.ring import RingReader, RingWriter, max_payload
 from ..transport.discovery import pid_alive
-from ..transport.shm import EngineSegment, SegmentExists, peek_header
+from ..transport.shm import EngineSegment, SegmentExists, check_segment_size, peek_header
 from .physics import CartPoleBatch, Contract
 from .render import CAMERAS, Renderer
 
@@ -78,6 +78,53 @@ class EngineConfig:
     @property
     def channels(self) -> int:
         return FORMATS[self.fmt][1]
+
+
+#: what ``lucky-monitor sim`` can change to make its segment smaller (named by a size error)
+SHRINK_OPTIONS = "--envs, --image, --obs or --act"
+
+
+def plan_segment(cfg: EngineConfig, *, server_pid: int = 0, session_id: int = 1) -> hdr.Header:
+    """The header of the segment ``cfg`` asks for, after checking its total size.
+
+    Nothing is allocated or created: this is the check that runs before both.
+
+    Parameters
+    ----------
+    cfg
+        The engine configuration (``fmt`` must be one of :data:`FORMATS`).
+    server_pid, session_id
+        Written into the header as given.
+
+    Returns
+    -------
+    Header
+        The plan of :func:`lucky_monitor.protocol.header.plan`.
+
+    Raises
+    ------
+    SegmentTooLarge
+        The segment is over :data:`~lucky_monitor.transport.shm.MAX_SEGMENT_BYTES`
+        or the free shared memory; the message names the size, the limit and
+        the options that shrink it.
+    """
+    fmt_code, channels = FORMATS[cfg.fmt]
+    image = (cfg.image[0], cfg.image[1], channels) if cfg.image else None
+    header = hdr.plan(
+        num_envs=cfg.num_envs,
+        obs_size=cfg.obs_size,
+        act_size=cfg.act_size,
+        cmd_ring_size=cfg.cmd_ring_size,
+        image=image,
+        image_format=fmt_code if image else 0,
+        image_flags=hdr.IMAGE_FLAG_BOTTOM_UP if (image and cfg.bottom_up) else 0,
+        tools_ring_size=cfg.tools_ring_size or None,
+        server_pid=server_pid,
+        session_id=session_id,
+        sim_mode=cfg.sim_mode,
+    )
+    check_segment_size(header.segment_size, shrink=SHRINK_OPTIONS)
+    return header
 
 
 class _Refused(Exception):
@@ -117,21 +164,10 @@ class ReferenceEngine:
             raise LuckyMonitorError(f"hz must be positive, got {cfg.hz}")
         self.cfg = cfg
         self.name = cfg.name or f"LuckyEngine_{os.getpid()}"
-        fmt_code, channels = FORMATS[cfg.fmt]
+        channels = FORMATS[cfg.fmt][1]
         image = (cfg.image[0], cfg.image[1], channels) if cfg.image else None
-        header = hdr.plan(
-            num_envs=cfg.num_envs,
-            obs_size=cfg.obs_size,
-            act_size=cfg.act_size,
-            cmd_ring_size=cfg.cmd_ring_size,
-            image=image,
-            image_format=fmt_code if image else 0,
-            image_flags=hdr.IMAGE_FLAG_BOTTOM_UP if (image and cfg.bottom_up) else 0,
-            tools_ring_size=cfg.tools_ring_size or None,
-            server_pid=os.getpid(),
-            session_id=secrets.randbits(64) | 1,
-            sim_mode=cfg.sim_mode,
-        )
+        # The size check comes first: no per-env buffer is allocated for a segment that is refused.
+        header = plan_segment(cfg, server_pid=os.getpid(), session_id=secrets.randbits(64) | 1)
         # The physics and renderer validate their own arguments before the segment exists.
         self.sim = CartPoleBatch(cfg.num_envs, cfg.obs_size, cfg.act_size, seed=cfg.seed)
         self.renderer = (
@@ -180,7 +216,11 @@ class ReferenceEngine:
         self._current_cid = 0
         self._image_buf: np.ndarray | None = None
         self._handlers: dict[m.MethodId, Callable[[_Pair, object], object]] = self._make_handlers()
-        self._publish_initial()
+        try:
+            self._publish_initial()
+        except BaseException:
+            self.seg.unlink()  # an engine that failed to start leaves no segment behind
+            raise
 
     # ------------------------------------------------------------ lifecycle
     def _publish_initial(self) -> None:

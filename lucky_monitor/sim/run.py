@@ -20,26 +20,45 @@ from collections.abc import Callable
 import numpy as np
 
 from ..protocol import messages as m
-from ..protocol.errors import LuckyMonitorError
-from .engine import FORMATS, EngineConfig, ReferenceEngine
+from ..protocol.errors import UsageError
+from ..protocol.header import MAX_ENVS, MAX_IMAGE_SIDE, MAX_VEC
+from .engine import FORMATS, EngineConfig, ReferenceEngine, plan_segment
+from .physics import MIN_OBS_SIZE
 from .trainer import PDPolicy, RandomPolicy, SharedMemoryClient
 
-
-class UsageError(LuckyMonitorError):
-    exit_code = 2
+__all__ = ["StopFlag", "UsageError", "config_from_args", "run_sim", "run_train", "spawn", "stop_children"]
 
 
 class StopFlag:
-    """Set by SIGINT/SIGTERM; restores the previous handlers on :meth:`restore`."""
+    """Set by SIGINT/SIGTERM; restores the previous handlers on :meth:`restore`.
+
+    Attributes
+    ----------
+    stop : bool
+        A signal arrived.
+    signum : int or None
+        The first signal that arrived.
+    """
 
     def __init__(self) -> None:
         self.stop = False
+        self.signum: int | None = None
         self._old: dict[int, object] = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._old[sig] = signal.signal(sig, self._handler)
 
     def _handler(self, signum: int, frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum
         self.stop = True
+
+    def describe(self) -> str:
+        """How the run was stopped, in words: ``"Ctrl-C (SIGINT)"``, ``"SIGTERM"``; ``""`` if not."""
+        if self.signum is None:
+            return ""
+        if self.signum == signal.SIGINT:
+            return "Ctrl-C (SIGINT)"
+        return signal.Signals(self.signum).name
 
     def __call__(self) -> bool:
         return self.stop
@@ -57,8 +76,8 @@ def parse_image(text: str, fmt: str) -> tuple[int, int] | None:
     if not mt:
         raise UsageError(f"--image {text!r}: expected WxH or WxHxC, e.g. 64x64 or 64x64x3, or 'none'")
     w, h = int(mt[1]), int(mt[2])
-    if not (1 <= w <= 4096 and 1 <= h <= 4096):
-        raise UsageError(f"--image {text!r}: width and height must be 1..4096")
+    if not (1 <= w <= MAX_IMAGE_SIDE and 1 <= h <= MAX_IMAGE_SIDE):
+        raise UsageError(f"--image {text!r}: width and height must be 1..{MAX_IMAGE_SIDE}")
     if mt[3] is not None and int(mt[3]) != FORMATS[fmt][1]:
         raise UsageError(f"--image {text!r}: {mt[3]} channels contradicts --format {fmt} ({FORMATS[fmt][1]} channels)")
     return w, h
@@ -70,9 +89,10 @@ def format_for_channels(channels: int) -> str:
 
 def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="segment name (default LuckyEngine_<pid>, or $LUCKY_SHM_NAME)")
-    p.add_argument("--envs", type=int, default=64, help="number of envs (1..4096, default 64)")
-    p.add_argument("--obs", type=int, default=16, help="floats per observation (default 16)")
-    p.add_argument("--act", type=int, default=4, help="floats per action (default 4)")
+    p.add_argument("--envs", type=int, default=64, help=f"number of envs (1..{MAX_ENVS}, default 64)")
+    p.add_argument("--obs", type=int, default=16,
+                   help=f"floats per observation ({MIN_OBS_SIZE}..{MAX_VEC}, default 16)")
+    p.add_argument("--act", type=int, default=4, help=f"floats per action (1..{MAX_VEC}, default 4)")
     p.add_argument("--image", default="64x64", help="per-env image WxH[xC], or 'none' (default 64x64)")
     p.add_argument(
         "--format",
@@ -95,19 +115,40 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: run until signalled)")
 
 
+def _check_range(option: str, value: int, low: int, high: int, what: str) -> None:
+    if not low <= value <= high:
+        raise UsageError(f"{option} {value}: {what} must be {low}..{high}")
+
+
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """The engine configuration of ``sim`` options, every value checked.
+
+    The segment it asks for is planned and its size checked too, so a
+    configuration that returns can be created (as far as can be known before).
+
+    Raises
+    ------
+    UsageError
+        An option is out of range; the message names the option.
+    SegmentTooLarge
+        The segment would be over the size limit or the free shared memory.
+    """
     fmt = args.format
     if fmt is None:
         mt = re.fullmatch(r"\d+x\d+x(\d)", args.image.strip().lower())
         fmt = format_for_channels(int(mt[1])) if mt and int(mt[1]) in (1, 3, 4) else "rgb"
-    if not 1 <= args.envs <= 4096:
-        raise UsageError(f"--envs {args.envs}: must be 1..4096")
-    if not args.hz > 0:
-        raise UsageError(f"--hz {args.hz}: must be positive")
+    _check_range("--envs", args.envs, 1, MAX_ENVS, "the number of envs")
+    _check_range("--obs", args.obs, MIN_OBS_SIZE, MAX_VEC, "floats per observation")
+    _check_range("--act", args.act, 1, MAX_VEC, "floats per action")
+    _check_range("--seed", args.seed, 0, 2**64 - 1, "the seed")
+    if args.steps is not None and args.steps < 0:
+        raise UsageError(f"--steps {args.steps}: must be 0 or more")
+    if not 0 < args.hz < float("inf"):
+        raise UsageError(f"--hz {args.hz}: must be a positive number")
     if not args.camera_fps >= 0:
         raise UsageError(f"--camera-fps {args.camera_fps}: must be 0 (every step) or positive")
     mode = 2 if args.fast else (1 if args.deterministic else 0)
-    return EngineConfig(
+    cfg = EngineConfig(
         name=args.name or os.environ.get("LUCKY_SHM_NAME") or None,
         num_envs=args.envs,
         obs_size=args.obs,
@@ -121,6 +162,8 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         camera_fps=args.camera_fps,
         tools_ring_size=0 if args.no_tools else 64 * 1024,
     )
+    plan_segment(cfg)  # the size check, before anything is allocated
+    return cfg
 
 
 def run_sim(args: argparse.Namespace, *, announce: Callable[[str], None] | None = None) -> int:
@@ -175,7 +218,10 @@ def run_train(args: argparse.Namespace) -> int:
                             flush=True,
                         )
                     t_report, steps_at_report = now, client.steps
-            print(f"trainer done after {client.steps} steps", flush=True)
+            if flag():
+                print(f"trainer stopped by {flag.describe()} after {client.steps} steps", flush=True)
+            else:
+                print(f"trainer done after {client.steps} steps", flush=True)
         finally:
             client.close()
     finally:

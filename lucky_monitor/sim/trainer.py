@@ -34,7 +34,7 @@ import numpy as np
 
 from ..protocol import messages as m
 from ..protocol.envelope import Envelope, decode, encode
-from ..protocol.errors import CommandTimeout, EngineDied, EnvelopeError, LuckyMonitorError, RemoteError
+from ..protocol.errors import BusyError, CommandTimeout, EngineDied, EnvelopeError, RemoteError
 from ..protocol.ring import RingReader, RingWriter
 from ..transport.discovery import pid_alive
 from ..transport.shm import TrainerSegment
@@ -47,7 +47,7 @@ SPIN_REALTIME_S = 0.0002
 NAP_S, NAP_REALTIME_S = 0.0002, 0.001
 
 
-class TrainerBusy(LuckyMonitorError):
+class TrainerBusy(BusyError):
     """Another live trainer holds ``client_pid``."""
 
 

@@ -68,8 +68,11 @@ import numpy as np
 
 from ..protocol import header as hdr
 from ..protocol.errors import (
+    InvalidSegmentName,
+    SegmentExists,
     SegmentGone,
     SegmentNotFound,
+    SegmentTooLarge,
     TransportError,
     TruncatedSegment,
 )
@@ -77,29 +80,29 @@ from ..protocol.header import HEADER_SIZE, LIVE_FIELDS, Header
 from ..protocol.ring import init_ring
 
 __all__ = [
+    "MAX_SEGMENT_BYTES",
     "EngineSegment",
     "InvalidSegmentName",
     "Live",
     "RingPositions",
     "Segment",
     "SegmentExists",
+    "SegmentTooLarge",
     "TrainerSegment",
+    "check_segment_size",
     "peek_header",
     "platform_kind",
+    "shm_free_bytes",
     "shm_path",
     "validate_name",
 ]
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,200}")
 SHM_DIR = "/dev/shm"  # noqa: S108 - the POSIX shared-memory directory, not a temp dir
-
-
-class InvalidSegmentName(SegmentNotFound, ValueError):
-    """A segment name outside ``[A-Za-z0-9_.-]{1,200}`` (no segment can have it)."""
-
-
-class SegmentExists(TransportError):
-    """:meth:`EngineSegment.create` found a segment of that name already there."""
+#: The largest segment :meth:`EngineSegment.create` makes: 4 GiB. Shared memory is RAM, and the
+#: reference engine keeps a private copy of the image region besides; a configuration past this
+#: is refused before anything is allocated or created (README, "Exit codes": 2).
+MAX_SEGMENT_BYTES = 4 << 30
 
 
 def platform_kind() -> str:
@@ -119,15 +122,86 @@ def platform_kind() -> str:
 
 
 def validate_name(name: object) -> str:
-    """Return ``name`` if it is a valid segment name, else raise :class:`InvalidSegmentName`."""
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name in (".", ".."):
-        shown = repr(name)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        raise InvalidSegmentName(
-            f"invalid segment name {shown}: use 1-200 characters from A-Z a-z 0-9 _ . - (no '/')"
+    """Return ``name`` if it is a valid segment name, else raise :class:`InvalidSegmentName`.
+
+    The message says what is wrong with the name: its type, its length, the
+    first character outside ``A-Z a-z 0-9 _ . -``, or that it is ``.``/``..``.
+    """
+    shown = repr(name)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    if not isinstance(name, str):
+        problem = f"a segment name is a string, not {type(name).__name__}"
+    elif not name:
+        problem = "it is empty"
+    elif len(name) > 200:
+        problem = f"{len(name)} characters, at most 200"
+    elif name in (".", ".."):
+        problem = f"{name!r} names a directory, not a segment"
+    elif not NAME_RE.fullmatch(name):
+        bad = next(c for c in name if not NAME_RE.fullmatch(c))
+        problem = f"{bad!r} is not allowed; use A-Z a-z 0-9 _ . -"
+    else:
+        return name
+    raise InvalidSegmentName(f"invalid segment name {shown}: {problem}")
+
+
+def _size_text(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def shm_free_bytes() -> int | None:
+    """Bytes an unprivileged process may still allocate in the shared-memory filesystem.
+
+    Returns
+    -------
+    int or None
+        The free space of ``/dev/shm`` on Linux; ``None`` where it cannot be
+        known (macOS and Windows keep shared memory elsewhere).
+    """
+    if platform_kind() != "dir":
+        return None
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def check_segment_size(size: int, *, shrink: str = "", limit: int = MAX_SEGMENT_BYTES) -> None:
+    """Refuse a segment of ``size`` bytes over ``limit`` or over the free shared memory.
+
+    Call it before allocating anything for the segment: nothing is created here.
+
+    Parameters
+    ----------
+    size
+        The whole segment in bytes (``Header.segment_size`` of the plan).
+    shrink
+        What the caller can change to make it smaller, appended to the message
+        (e.g. ``"--envs, --image, --obs or --act"``).
+    limit
+        The limit; :data:`MAX_SEGMENT_BYTES` unless a caller knows better.
+
+    Raises
+    ------
+    SegmentTooLarge
+        ``size`` is over ``limit`` or over :func:`shm_free_bytes`.
+    """
+    tail = f"; make it smaller with {shrink}" if shrink else ""
+    if size > limit:
+        raise SegmentTooLarge(
+            f"the segment would be {_size_text(size)} ({size} bytes), over the {_size_text(limit)} limit{tail}"
         )
-    return name
+    free = shm_free_bytes()
+    if free is not None and size > free:
+        raise SegmentTooLarge(
+            f"the segment would be {_size_text(size)} ({size} bytes), more than the {_size_text(free)} "
+            f"free in {SHM_DIR}{tail}"
+        )
 
 
 def shm_path(name: str) -> str:
@@ -725,6 +799,14 @@ class EngineSegment(_Writable):
             Replace an existing segment of that name (readers of the old one
             see it as recreated) instead of raising :class:`SegmentExists`.
 
+        Raises
+        ------
+        SegmentTooLarge
+            The segment is over :data:`MAX_SEGMENT_BYTES` or the free shared
+            memory (checked before anything is created).
+        SegmentExists
+            A segment of that name exists and ``exist_ok`` is false.
+
         Notes
         -----
         Every region is zero, which is an empty ring and a zero counter.
@@ -733,6 +815,7 @@ class EngineSegment(_Writable):
         size = header.segment_size or max([HEADER_SIZE, *(r.end for r in header.regions())])
         size = (size + 4095) // 4096 * 4096
         hdr.validate(header.pack(), mapped_size=size)
+        check_segment_size(size)
         seg = cls.__new__(cls)
         kind = platform_kind()
         if kind == "dir":

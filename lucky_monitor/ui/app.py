@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from ..protocol.errors import LuckyMonitorError
+from ..protocol.errors import LuckyMonitorError, UsageError
 from ..transport.shm import validate_name
 
 
@@ -48,10 +48,34 @@ def check_display(screenshot: bool = False) -> None:
                            f"on Debian/Ubuntu: sudo apt-get install {XCB_PACKAGES}")
 
 
+def check_screenshot_path(path: str) -> None:
+    """Refuse a ``--screenshot`` file that could not be written, before any window exists.
+
+    Parameters
+    ----------
+    path
+        The PNG to write.
+
+    Raises
+    ------
+    UsageError
+        ``path`` is a directory, or its directory is missing or not writable.
+    """
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"--screenshot {path!r} is a directory; give a file name, e.g. {path.rstrip('/')}/shot.png")
+    if not os.path.isdir(parent):
+        raise UsageError(f"--screenshot {path!r}: directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--screenshot {path!r}: directory {parent!r} is not writable")
+
+
 def run_window(args: argparse.Namespace) -> int:
     name = args.shm or os.environ.get("LUCKY_SHM_NAME") or None
     if name is not None:
         validate_name(name)
+    if args.screenshot:
+        check_screenshot_path(args.screenshot)
     check_display(bool(args.screenshot))
 
     from PySide6 import QtCore, QtWidgets

@@ -162,6 +162,25 @@ def test_sigkill_of_the_trainer_returns_the_engine_to_free_run(subprocess_env) -
             core.close()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("sig", "how"), [(signal.SIGINT, "Ctrl-C (SIGINT)"), (signal.SIGTERM, "SIGTERM")])
+def test_a_stopped_trainer_says_it_was_stopped_not_done(subprocess_env, sig: signal.Signals, how: str) -> None:
+    with engine_thread(sim_mode=1, hz=100.0) as eng, Segment.attach(eng.name) as seg:
+        with child(["train", "--shm", eng.name, "--quiet"], subprocess_env) as trainer:
+            assert "attached" in _readline(trainer)
+            a0 = seg.counter("action_seq")
+            deadline = time.monotonic() + 20
+            while seg.counter("action_seq") < a0 + 20 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            trainer.send_signal(sig)
+            assert trainer.wait(15) == 0
+            last = trainer.stdout.read().strip().splitlines()[-1]
+            assert trainer.stderr.read() == ""
+    steps = int(last.rsplit(" ", 2)[-2])
+    assert last == f"trainer stopped by {how} after {steps} steps" and steps >= 19, last
+    assert "done" not in last
+
+
 # ---------------------------------------------------------------------------- sim on signals
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

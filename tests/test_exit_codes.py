@@ -1,0 +1,254 @@
+"""One table of exit codes (``protocol.errors.EXIT_CODES``, README "Exit codes"), and every command follows it.
+
+One test per row, in-process where that is enough; each bad-input case also
+checks for the single ``lucky-monitor: error:`` line and no traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import re
+import struct
+import subprocess
+import sys
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import lucky_monitor
+from lucky_monitor.cli import main
+from lucky_monitor.protocol import errors
+from lucky_monitor.protocol.errors import (
+    EXIT_BUSY,
+    EXIT_CODES,
+    EXIT_FAILED,
+    EXIT_HEADER,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    LuckyMonitorError,
+    SegmentTooLarge,
+)
+from lucky_monitor.protocol.header import OFFSET
+from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
+from lucky_monitor.transport import shm
+from lucky_monitor.transport.shm import MAX_SEGMENT_BYTES, platform_kind, shm_path
+
+pytestmark = pytest.mark.skipif(platform_kind() != "dir", reason="segments are files under /dev/shm only on Linux")
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("lucky-monitor: error: ")
+    assert "Traceback" not in err and lines[0].count("lucky-monitor: error:") == 1
+    return lines[0]
+
+
+def shm_files() -> set[str]:
+    return set(os.listdir(shm.SHM_DIR))
+
+
+@pytest.fixture
+def other_live_pid() -> Iterator[int]:
+    """The pid of a live process that is not this one."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# ----------------------------------------------------------------------------- the table itself
+
+
+def _all_error_classes() -> list[type[LuckyMonitorError]]:
+    for mod in pkgutil.walk_packages(lucky_monitor.__path__, "lucky_monitor."):
+        if mod.name == "lucky_monitor.__main__" or mod.name.startswith("lucky_monitor._generated") or (
+            mod.name.startswith("lucky_monitor.ui.") and mod.name != "lucky_monitor.ui.app"
+        ):
+            continue  # __main__ runs the CLI; the generated code raises none; the rest of ui/ needs Qt
+        importlib.import_module(mod.name)
+    out: list[type[LuckyMonitorError]] = []
+    todo: list[type[LuckyMonitorError]] = [LuckyMonitorError]
+    while todo:
+        cls = todo.pop()
+        out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out
+
+
+def test_every_error_class_exits_with_a_code_of_the_table() -> None:
+    classes = _all_error_classes()
+    assert len(classes) > 20
+    for cls in classes:
+        assert cls.exit_code in EXIT_CODES, cls
+    assert errors.InvalidSegmentName.exit_code == EXIT_USAGE  # a usage error, though a SegmentNotFound
+    assert errors.SegmentNotFound.exit_code == errors.EngineDied.exit_code == EXIT_UNAVAILABLE
+    assert errors.CommandTimeout.exit_code == errors.ToolsChannelUnavailable.exit_code == EXIT_UNAVAILABLE
+    assert errors.ToolsChannelBusy.exit_code == errors.SegmentExists.exit_code == EXIT_BUSY
+    assert errors.RemoteError.exit_code == EXIT_FAILED
+    assert errors.BadMagic.exit_code == EXIT_HEADER
+
+
+def test_the_readme_table_is_the_table() -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text.split("### Exit codes", 1)[1].split("\n#", 1)[0]
+    rows = dict(re.findall(r"^\| `?(\d+)`? \| (.+?) \|$", section, re.MULTILINE))
+    assert sorted(int(k) for k in rows) == sorted(EXIT_CODES)
+    assert "2 usage/transport" not in text
+
+
+# ----------------------------------------------------------------------------- 0 ok
+
+
+def test_0_ok(capsys) -> None:
+    assert main(["list", "--prefix", "LuckyEngine_nothing_here_"]) == EXIT_OK
+    assert main(["--version"]) == EXIT_OK
+    capsys.readouterr()
+
+
+# ----------------------------------------------------------------------------- 1 failed
+
+
+def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
+    eng = segment_factory()
+    struct.pack_into("<I", eng.buf, OFFSET["server_pid"], 0x7FFFFFF0)  # no such process
+    assert main(["check", eng.name]) == EXIT_FAILED
+    assert "FAIL" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- 2 usage
+
+
+@pytest.mark.parametrize(("argv", "text"), [
+    (["sim", "--obs", "0"], "--obs 0: floats per observation must be"),
+    (["sim", "--act", "0"], "--act 0: floats per action must be 1.."),
+    (["sim", "--envs", "0"], "--envs 0: the number of envs must be 1..4096"),
+    (["sim", "--image", "0x4"], "--image '0x4'"),
+    (["sim", "--seed", "-1"], "--seed -1"),
+    (["draw", "LuckyEngine_not_needed", "line", "--from", "1e308,0,0", "--to", "0,0,0"], "float32"),
+    (["--screenshot", "/no/such/dir/shot.png", "--quit-after", "1"], "does not exist"),
+    (["demo", "--screenshot", "/no/such/dir/shot.png", "--quit-after", "1"], "does not exist"),
+    (["info", ".."], "'..' names a directory, not a segment"),
+    (["info", "a/b"], "'/' is not allowed"),
+    (["info", "--bogus"], None),
+])
+def test_2_usage(argv: list[str], text: str | None, capsys) -> None:
+    before = shm_files()
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    if text is not None:
+        line = one_error_line(err)
+        assert text in line, line
+        assert "obs_size" not in line and "act_size" not in line and "num_envs" not in line  # options, not fields
+    assert shm_files() == before
+
+
+def test_2_screenshot_into_a_directory_or_an_unwritable_one(tmp_path, capsys) -> None:
+    assert main(["--screenshot", str(tmp_path), "--quit-after", "1"]) == EXIT_USAGE
+    assert "is a directory" in one_error_line(capsys.readouterr().err)
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        assert main(["--screenshot", str(locked / "x.png"), "--quit-after", "1"]) == EXIT_USAGE
+        assert "not writable" in one_error_line(capsys.readouterr().err)
+
+
+def test_2_segment_over_the_size_limit_is_refused_before_anything_exists(capsys) -> None:
+    before = shm_files()
+    assert main(["sim", "--envs", "4096", "--image", "4096x4096"]) == EXIT_USAGE
+    line = one_error_line(capsys.readouterr().err)
+    assert "192.0 GiB" in line and "4.0 GiB limit" in line and "--envs" in line and "--image" in line
+    assert shm_files() == before
+
+
+def test_2_the_engine_checks_the_size_before_allocating_its_buffers() -> None:
+    before = shm_files()
+    tracemalloc.start()
+    try:
+        with pytest.raises(SegmentTooLarge, match="limit"):
+            ReferenceEngine(EngineConfig(name="LuckyEngine_too_big_test", num_envs=4096, image=(4096, 4096)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak} bytes allocated before the refusal"
+    assert shm_files() == before
+
+
+def test_2_segment_over_the_free_shared_memory(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(shm, "shm_free_bytes", lambda: 1 << 20)
+    before = shm_files()
+    assert main(["sim", "--envs", "64", "--image", "64x64"]) == EXIT_USAGE
+    line = one_error_line(capsys.readouterr().err)
+    assert "1.0 MiB free in /dev/shm" in line and "--envs" in line
+    assert shm_files() == before
+    assert MAX_SEGMENT_BYTES >= 1 << 30
+
+
+# ----------------------------------------------------------------------------- 3 header
+
+
+def test_3_header_invalid(shm_name: str, capsys) -> None:
+    with open(shm_path(shm_name), "wb") as f:
+        f.write(b"\xff" * 8192)
+    assert main(["info", shm_name]) == EXIT_HEADER
+    assert "magic" in one_error_line(capsys.readouterr().err)
+
+
+# ----------------------------------------------------------------------------- 4 busy
+
+
+def test_4_draw_with_the_tools_channel_held(segment_factory, other_live_pid: int, capsys) -> None:
+    eng = segment_factory()
+    eng.set("engine_state", 1)
+    eng.buf[eng.header.tools_offset : eng.header.tools_offset + 4] = other_live_pid.to_bytes(4, "little")
+    assert main(["draw", eng.name, "--timeout", "0.5", "clear"]) == EXIT_BUSY
+    assert f"held by pid {other_live_pid}" in one_error_line(capsys.readouterr().err)
+
+
+def test_4_train_with_another_trainer_attached(segment_factory, other_live_pid: int, capsys) -> None:
+    eng = segment_factory()
+    eng.set("engine_state", 1)
+    eng.set("client_pid", other_live_pid)
+    assert main(["train", "--shm", eng.name, "--timeout", "0.5"]) == EXIT_BUSY
+    assert f"trainer pid {other_live_pid} is already attached" in one_error_line(capsys.readouterr().err)
+    assert eng.counter("client_pid") == other_live_pid
+
+
+# ----------------------------------------------------------------------------- 5 unavailable
+
+
+def test_5_unavailable(segment_factory, shm_name: str, capsys) -> None:
+    assert main(["info", shm_name]) == EXIT_UNAVAILABLE
+    assert "no segment named" in one_error_line(capsys.readouterr().err)
+    assert main(["train", "--shm", shm_name]) == EXIT_UNAVAILABLE
+    one_error_line(capsys.readouterr().err)
+    no_tools = segment_factory(tools_ring_size=None)
+    assert main(["draw", no_tools.name, "clear"]) == EXIT_UNAVAILABLE
+    assert "no tools channel" in one_error_line(capsys.readouterr().err)
+    silent = segment_factory()  # a tools channel, but no engine serving it
+    assert main(["draw", silent.name, "--timeout", "0.2", "clear"]) == EXIT_UNAVAILABLE
+    assert "no reply" in one_error_line(capsys.readouterr().err)
+
+
+# ----------------------------------------------------------------------------- 130 interrupted
+
+
+def test_130_interrupted(monkeypatch, capsys) -> None:
+    import lucky_monitor.transport.discovery as disc
+
+    def interrupted(prefix: str = "") -> list[object]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(disc, "list_segments", interrupted)
+    assert main(["list"]) == EXIT_INTERRUPTED
+    assert "Traceback" not in capsys.readouterr().err
