@@ -262,7 +262,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(f"no {args.prefix}* segments")
         return 0
     now = time.time()
-    head = ("NAME", "SERVER", "CLIENT", "ENVS", "SIZE", "MODIFIED", "STATUS")
+    head = ("NAME", "SERVER", "CLIENT", "ENVS", "SIZE", "STARTED", "STATUS")  # the engine session's start
     rows = [head]
     for i in infos:
         if i.error is not None:
@@ -271,7 +271,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         server = f"{i.server_pid} {'alive' if i.server_alive else 'dead'}"
         client = "none" if i.client_pid == 0 else f"{i.client_pid} {'alive' if i.client_alive else 'dead'}"
         status = "live" if i.server_alive else "stale (engine gone)"
-        rows.append((i.name, server, client, str(i.num_envs), _human_size(i.size), _ago(now, i.mtime), status))
+        rows.append((i.name, server, client, str(i.num_envs), _human_size(i.size), _ago(now, i.started or 0.0), status))
     widths = [max(len(r[c]) for r in rows) for c in range(len(head) - 1)]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])

@@ -23,7 +23,7 @@ import subprocess
 import threading
 import time
 
-from .core.monitor import MonitorCore
+from .core.session import MonitorSession, Tick
 from .protocol.errors import EXIT_CODES, EXIT_FAILED, EXIT_UNAVAILABLE, LuckyMonitorError, UsageError
 from .sim.run import StopFlag, config_from_args, spawn, stop_children
 from .transport.shm import shm_path
@@ -126,15 +126,17 @@ def sim_argv(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def status_line(core: MonitorCore) -> str:
-    st = core.status
-    r = core.rates
-    text = f"{st.name or '-'}  {st.text}"
-    if st.reason:
-        text += f" ({st.reason})"
-    if core.header is not None:
-        text += f"  {r.frames_per_s:7.1f} frames/s  {r.images_per_s:5.1f} images/s"
-        share = r.engine_share
+def status_line(tick: Tick) -> str:
+    """One terminal line for a Tick: segment, state, rates and the lock-step turn split."""
+    text = f"{tick.name or '-'}  {tick.text}"
+    if tick.reason:
+        text += f" ({tick.reason})"
+    if tick.header is not None:
+        r = tick.rates
+        fps = "—" if r.frames_per_s is None else f"{r.frames_per_s:.1f}"
+        ips = "—" if r.images_per_s is None else f"{r.images_per_s:.1f}"
+        text += f"  {fps:>7} frames/s  {ips:>5} images/s"
+        share = tick.engine_share
         if share is not None:
             text += f"  turn: engine {share:4.0%} / trainer {1 - share:4.0%}"
     return text
@@ -210,19 +212,19 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _status_loop(name: str, flag: StopFlag, quit_after: float | None) -> int:
-    core = MonitorCore(name)
+    session = MonitorSession(name, tools=False, images=False, discover=False, traffic=False)
     t_end = None if quit_after is None else time.monotonic() + quit_after
     next_line = 0.0
     try:
         while not flag():
-            core.poll()
             now = time.monotonic()
+            tick = session.step(now)
             if now >= next_line:
-                print(status_line(core), flush=True)
+                print(status_line(tick), flush=True)
                 next_line = now + 1.0
             if t_end is not None and now >= t_end:
                 break
             time.sleep(1 / 60)
     finally:
-        core.close()
+        session.close()
     return 0

@@ -74,7 +74,7 @@ def test_list_table_and_json(segment_factory, capsys) -> None:
     assert by_name[live.name]["server_alive"] is True and by_name[live.name]["error"] is None
     assert by_name[stale.name]["server_alive"] is False
     assert set(data[0]) == {"name", "path", "size", "mtime", "server_pid", "server_alive", "client_pid",
-                            "client_alive", "num_envs", "session_id", "error"}
+                            "client_alive", "num_envs", "session_id", "error", "started"}
     assert main(["list", "--prefix", prefix + "nothing"]) == 0
     assert "no " in capsys.readouterr().out
 

@@ -143,7 +143,7 @@ def test_engine_exit_and_reattach(engine):
         core.poll()
         assert core.header.session_id != first
         assert core.header.num_envs == 3
-        assert core.counters.reattached == 1
+        assert core.reattached == 1
         assert "reattached" in core.status.notice
         assert core.images is None
     finally:

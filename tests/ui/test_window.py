@@ -19,6 +19,7 @@ from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
 from lucky_monitor.transport.shm import Segment, shm_path
 from tests.conftest import unique_segment_name
 
+
 def _t(win):
     """The window's last Tick (the one place its state is read from)."""
     assert win.last_tick is not None
