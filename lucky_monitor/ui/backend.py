@@ -48,6 +48,7 @@ from PySide6.QtCore import (
     Signal,
     Slot,
 )
+from PySide6.QtQml import QmlElement
 
 from ..core.commands import CommandClient, Reply
 from ..core.monitor import LinkState, MonitorCore
@@ -71,6 +72,7 @@ from ..protocol.messages import (
 from ..transport.discovery import SegmentInfo, list_segments, pid_alive
 from ..transport.shm import Segment
 from ..transport.tools import ToolsChannel, tools_owner
+from .palette import BAD, DIM, GOOD, WARN
 
 __all__ = [
     "STATE_COLORS",
@@ -86,23 +88,24 @@ __all__ = [
 # Presentation helpers
 # ---------------------------------------------------------------------------
 
-GREEN, AMBER, RED, GREY = "#4cd07d", "#f5b935", "#ff5f56", "#9aa0a6"
+QML_IMPORT_NAME = "LuckyMonitor.Backend"
+QML_IMPORT_MAJOR_VERSION = 1
 
 #: Colour of the state line for each link state.
 STATE_COLORS: dict[LinkState, str] = {
-    LinkState.SEARCHING: GREY,
-    LinkState.INCOMPATIBLE: RED,
-    LinkState.INITIALISING: AMBER,
-    LinkState.CONNECTED: GREEN,
-    LinkState.WAITING_FOR_TRAINER: AMBER,
-    LinkState.ENGINE_STEPPING: GREEN,
-    LinkState.FREE_RUNNING: GREEN,
-    LinkState.PAUSED: AMBER,
-    LinkState.STALLED: RED,
-    LinkState.VIOLATION: RED,
-    LinkState.TRAINER_LOST: AMBER,
-    LinkState.CLOSING: AMBER,
-    LinkState.ENGINE_EXITED: RED,
+    LinkState.SEARCHING: DIM,
+    LinkState.INCOMPATIBLE: BAD,
+    LinkState.INITIALISING: WARN,
+    LinkState.CONNECTED: GOOD,
+    LinkState.WAITING_FOR_TRAINER: WARN,
+    LinkState.ENGINE_STEPPING: GOOD,
+    LinkState.FREE_RUNNING: GOOD,
+    LinkState.PAUSED: WARN,
+    LinkState.STALLED: BAD,
+    LinkState.VIOLATION: BAD,
+    LinkState.TRAINER_LOST: WARN,
+    LinkState.CLOSING: WARN,
+    LinkState.ENGINE_EXITED: BAD,
 }
 
 
@@ -118,7 +121,7 @@ def state_color(state: LinkState) -> str:
     str
         ``#rrggbb``.
     """
-    return STATE_COLORS.get(state, GREY)
+    return STATE_COLORS.get(state, DIM)
 
 
 def bytes_text(n: int) -> str:
@@ -327,7 +330,7 @@ _FIELDS: dict[str, tuple[str, Any]] = {
     "reason": ("connection", ""),
     "notice": ("connection", ""),
     "healthy": ("connection", False),
-    "stateColor": ("connection", GREY),
+    "stateColor": ("connection", DIM),
     "attached": ("connection", False),
     # selection
     "selectedSegment": ("selection", ""),
@@ -391,6 +394,7 @@ def _prop(name: str, notify: Signal) -> Property:
     return Property(_TYPES[type(default)], fget, notify=notify)
 
 
+@QmlElement
 class MonitorBackend(QObject):
     """Properties and slots for ``RpcPanel.qml`` and ``DebugDraw.qml``.
 

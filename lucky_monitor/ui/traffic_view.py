@@ -6,6 +6,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
 from ..core.traffic import TrafficEntry, TrafficLog
+from . import palette as pal
 
 COLUMNS = ("time", "direction", "method", "correlation", "bytes", "latency", "error")
 
@@ -19,7 +20,7 @@ class TrafficModel(QtCore.QAbstractTableModel):
         super().__init__(parent)
         self._rows: list[TrafficEntry] = []
         self._t0 = 0.0
-        self._error_brush = QtGui.QBrush(QtGui.QColor(255, 110, 100))
+        self._error_brush = QtGui.QBrush(QtGui.QColor(pal.BAD))
 
     def set_entries(self, entries: list[TrafficEntry], t0: float) -> None:
         self.beginResetModel()

@@ -1,6 +1,7 @@
 import QtQuick
 import QtQuick.Controls
 import QtQuick.Layouts
+import LuckyMonitor.Backend
 
 // Debug-draw form: a line, an arrow or a velocity command sent to the engine
 // over the tools channel (DrawReq), once or repeated at a chosen rate, and
@@ -11,6 +12,9 @@ DarkPane {
     implicitWidth: 380
     implicitHeight: 460
 
+    // lucky_monitor.ui.backend.MonitorBackend, given when the view is created
+    required property MonitorBackend backend
+
     readonly property var kinds: ["line", "arrow", "velocity"]
     readonly property string kind: kinds[tabs.currentIndex]
     readonly property bool repeating: backend.repeatKind !== ""
@@ -18,14 +22,14 @@ DarkPane {
     function sendCurrent() {
         const clear = clearBox.checked
         if (tabs.currentIndex === 0)
-            backend.drawLine(lineStart.vx, lineStart.vy, lineStart.vz, lineEnd.vx, lineEnd.vy, lineEnd.vz,
+            root.backend.drawLine(lineStart.vx, lineStart.vy, lineStart.vz, lineEnd.vx, lineEnd.vy, lineEnd.vz,
                              colour.r, colour.g, colour.b, colour.a, clear)
         else if (tabs.currentIndex === 1)
-            backend.drawArrow(arrowOrigin.vx, arrowOrigin.vy, arrowOrigin.vz,
+            root.backend.drawArrow(arrowOrigin.vx, arrowOrigin.vy, arrowOrigin.vz,
                               arrowDir.vx, arrowDir.vy, arrowDir.vz,
                               colour.r, colour.g, colour.b, colour.a, arrowScale.value, clear)
         else
-            backend.drawVelocity(velOrigin.vx, velOrigin.vy, velOrigin.vz,
+            root.backend.drawVelocity(velOrigin.vx, velOrigin.vy, velOrigin.vz,
                                  velX.value, velY.value, velW.value, velScale.value, clear)
     }
 
@@ -45,8 +49,8 @@ DarkPane {
         Label {
             objectName: "toolsReason"
             Layout.fillWidth: true
-            visible: !backend.toolsAvailable
-            text: "Commands disabled: " + backend.toolsReason
+            visible: !root.backend.toolsAvailable
+            text: "Commands disabled: " + root.backend.toolsReason
             color: Theme.warn
             wrapMode: Text.Wrap
         }
@@ -56,7 +60,7 @@ DarkPane {
             objectName: "drawForm"
             Layout.fillWidth: true
             spacing: 8
-            enabled: backend.toolsAvailable
+            enabled: root.backend.toolsAvailable
             opacity: enabled ? 1.0 : 0.45
 
             TabBar {
@@ -139,7 +143,7 @@ DarkPane {
                     text: root.repeating ? "Stop" : "Repeat"
                     onClicked: {
                         if (root.repeating) {
-                            backend.setRepeat("", 0)
+                            root.backend.setRepeat("", 0)
                         } else {
                             root.sendCurrent()
                             backend.setRepeat(root.kind, hz.value)
@@ -151,7 +155,7 @@ DarkPane {
                 objectName: "clearAll"
                 Layout.fillWidth: true
                 text: "Clear all drawings"
-                onClicked: backend.clearDrawings()
+                onClicked: root.backend.clearDrawings()
             }
         }
 

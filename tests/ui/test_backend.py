@@ -31,10 +31,6 @@ from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
 from lucky_monitor.transport.shm import Segment, platform_kind
 from lucky_monitor.transport.tools import ToolsChannel, tools_owner
 from lucky_monitor.ui.backend import (
-    AMBER,
-    GREEN,
-    GREY,
-    RED,
     MonitorBackend,
     SegmentListModel,
     age_text,
@@ -42,6 +38,7 @@ from lucky_monitor.ui.backend import (
     state_color,
 )
 from lucky_monitor.ui.qml_host import QmlLoadError, make_quick_widget, qml_dir
+from lucky_monitor.ui.palette import BAD, DIM, GOOD, WARN
 
 pytestmark = pytest.mark.skipif(platform_kind() != "dir", reason="segments are exercised on Linux")
 
@@ -180,13 +177,13 @@ def test_text_helpers() -> None:
     assert age_text(185) == "3 min"
     assert age_text(-5) == "0 s"
     assert age_text(7300) == "2 h"
-    expected = {LinkState.SEARCHING: GREY, LinkState.CONNECTED: GREEN, LinkState.FREE_RUNNING: GREEN,
-                LinkState.WAITING_FOR_TRAINER: AMBER, LinkState.PAUSED: AMBER, LinkState.INITIALISING: AMBER,
-                LinkState.ENGINE_EXITED: RED, LinkState.STALLED: RED, LinkState.INCOMPATIBLE: RED,
-                LinkState.VIOLATION: RED}
+    expected = {LinkState.SEARCHING: DIM, LinkState.CONNECTED: GOOD, LinkState.FREE_RUNNING: GOOD,
+                LinkState.WAITING_FOR_TRAINER: WARN, LinkState.PAUSED: WARN, LinkState.INITIALISING: WARN,
+                LinkState.ENGINE_EXITED: BAD, LinkState.STALLED: BAD, LinkState.INCOMPATIBLE: BAD,
+                LinkState.VIOLATION: BAD}
     for state, colour in expected.items():
         assert state_color(state) == colour, state
-    assert all(state_color(s) in (GREEN, AMBER, RED, GREY) for s in LinkState)
+    assert all(state_color(s) in (GOOD, WARN, BAD, DIM) for s in LinkState)
 
 
 def test_qml_dir_holds_the_module() -> None:
@@ -215,7 +212,7 @@ def test_views_follow_a_searching_core(rig, views) -> None:
     rig.pump(lambda: rig.backend.value("segmentIndex") > 0, "the missing segment listed in the picker", tick=False)
     b = rig.backend
     assert b.value("state") == LinkState.SEARCHING.value
-    assert b.value("stateColor") == GREY
+    assert b.value("stateColor") == DIM
     assert b.value("toolsReason") == "no segment attached"
     row = b.segments.row(b.value("segmentIndex"))
     assert row["name"] == rig.core.name and row["error"] == "not found"
@@ -242,7 +239,7 @@ def test_backend_mirrors_the_engine(rig, views) -> None:
              "attached, tools claimed, frames flowing")
     assert b.value("segmentName") == eng.name
     assert b.value("state") in (LinkState.FREE_RUNNING.value, LinkState.CONNECTED.value)
-    assert b.value("healthy") is True and b.value("stateColor") == GREEN
+    assert b.value("healthy") is True and b.value("stateColor") == GOOD
     assert b.value("numEnvs") == 5 and b.value("obsSize") == 6 and b.value("actSize") == 2
     assert b.value("serverPid") == os.getpid() and b.value("clientPid") == 0
     assert b.value("mode") == "training"
