@@ -35,6 +35,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
+from enum import StrEnum
 from typing import Any
 
 from PySide6.QtCore import (
@@ -77,6 +78,7 @@ from .palette import BAD, DIM, GOOD, WARN
 __all__ = [
     "STATE_COLORS",
     "MonitorBackend",
+    "ResultKind",
     "SegmentListModel",
     "ServiceListModel",
     "age_text",
@@ -90,6 +92,15 @@ __all__ = [
 
 QML_IMPORT_NAME = "LuckyMonitor.Backend"
 QML_IMPORT_MAJOR_VERSION = 1
+
+
+class ResultKind(StrEnum):
+    """What a command's result text reports; QML colours a result by this, never by its text."""
+
+    NONE = ""  # nothing sent yet
+    OK = "ok"
+    ERROR = "error"  # refused, failed, timed out, or the engine answered success = false
+    PENDING = "pending"  # sent, waiting for the reply
 
 #: Colour of the state line for each link state.
 STATE_COLORS: dict[LinkState, str] = {
@@ -303,14 +314,16 @@ class ServiceListModel(_RowModel):
     Roles: ``name``, ``bit``, ``available`` (header ``services_available``),
     ``enabled`` (live ``services_enabled``, as the engine reports it),
     ``pending`` (a request for it is in flight), ``lastResult``
-    (``"ok 0.8 ms"`` / ``"error: ..."``).
+    (``"ok 0.8 ms"`` / ``"error: ..."``), ``resultKind`` (what
+    ``lastResult`` reports: a :class:`ResultKind` value).
     """
 
-    ROLES = ("name", "bit", "available", "enabled", "pending", "lastResult")
+    ROLES = ("name", "bit", "available", "enabled", "pending", "lastResult", "resultKind")
     DISPLAY = "name"
 
     def __init__(self, parent: QObject | None = None) -> None:
-        rows = [{"name": n, "bit": i, "available": False, "enabled": False, "pending": False, "lastResult": ""}
+        rows = [{"name": n, "bit": i, "available": False, "enabled": False, "pending": False, "lastResult": "",
+                 "resultKind": ResultKind.NONE}
                 for i, n in enumerate(hdr.SERVICES)]
         super().__init__(rows, parent)
 
@@ -370,8 +383,10 @@ _FIELDS: dict[str, tuple[str, Any]] = {
     "simMode": ("simMode", 0),
     "simModePending": ("simMode", False),
     "simModeResult": ("simMode", ""),
+    "simModeResultKind": ("simMode", ""),  # a ResultKind
     # debug draw
     "lastDrawResult": ("draw", ""),
+    "lastDrawResultKind": ("draw", ""),  # a ResultKind
     "lastRttMs": ("draw", -1.0),
     "drawPending": ("draw", False),
     "drawCount": ("draw", 0),
@@ -476,8 +491,10 @@ class MonitorBackend(QObject):
     simMode = _prop("simMode", simModeChanged)
     simModePending = _prop("simModePending", simModeChanged)
     simModeResult = _prop("simModeResult", simModeChanged)
+    simModeResultKind = _prop("simModeResultKind", simModeChanged)
     # draw
     lastDrawResult = _prop("lastDrawResult", drawChanged)
+    lastDrawResultKind = _prop("lastDrawResultKind", drawChanged)
     lastRttMs = _prop("lastRttMs", drawChanged)
     drawPending = _prop("drawPending", drawChanged)
     drawCount = _prop("drawCount", drawChanged)
@@ -604,27 +621,27 @@ class MonitorBackend(QObject):
         if not 0 <= bit < len(hdr.SERVICES):
             return
         if not self._services.row(bit)["available"]:
-            self._services.update_row(bit, lastResult="error: service not available")
+            self._services.update_row(bit, lastResult="error: service not available", resultKind=ResultKind.ERROR)
             return
         err = self._send(MethodId.SetServiceEnabledReq, SetServiceEnabledReq(service=bit, enabled=bool(enabled)),
                          ("service", bit))
         if err is not None:
-            self._services.update_row(bit, lastResult=f"error: {err}")
+            self._services.update_row(bit, lastResult=f"error: {err}", resultKind=ResultKind.ERROR)
         else:
-            self._services.update_row(bit, pending=True, lastResult="waiting…")
+            self._services.update_row(bit, pending=True, lastResult="waiting…", resultKind=ResultKind.PENDING)
 
     @Slot(int)
     def setSimMode(self, mode: int) -> None:
         """Ask the engine for simulation mode ``mode`` (0 realtime, 1 deterministic, 2 fast)."""
         if mode not in hdr.SIM_MODES:
-            self._set(simModeResult=f"error: simulation mode {mode} unknown")
+            self._set(simModeResult=f"error: simulation mode {mode} unknown", simModeResultKind=ResultKind.ERROR)
             return
         err = self._send(MethodId.SetSimulationModeReq, SetSimulationModeReq(mode=SimulationMode(mode)),
                          ("sim", mode))
         if err is not None:
-            self._set(simModeResult=f"error: {err}")
+            self._set(simModeResult=f"error: {err}", simModeResultKind=ResultKind.ERROR)
         else:
-            self._set(simModePending=True, simModeResult="waiting…")
+            self._set(simModePending=True, simModeResult="waiting…", simModeResultKind=ResultKind.PENDING)
 
     @Slot(float, float, float, float, float, float, float, float, float, float, bool)
     def drawLine(self, x0: float, y0: float, z0: float, x1: float, y1: float, z1: float,
@@ -633,7 +650,7 @@ class MonitorBackend(QObject):
         try:
             line = Line(_vec("start", x0, y0, z0), _vec("end", x1, y1, z1), _color(r, g, b, a))
         except ValueError as exc:
-            self._set(lastDrawResult=f"error: {exc}")
+            self._set(lastDrawResult=f"error: {exc}", lastDrawResultKind=ResultKind.ERROR)
             return
         self._draw("line", DrawReq(lines=(line,), clear_previous=bool(clear)))
 
@@ -645,7 +662,7 @@ class MonitorBackend(QObject):
             arrow = Arrow(_vec("origin", ox, oy, oz), _vec("direction", dx, dy, dz), _color(r, g, b, a),
                           _finite("scale", scale))
         except ValueError as exc:
-            self._set(lastDrawResult=f"error: {exc}")
+            self._set(lastDrawResult=f"error: {exc}", lastDrawResultKind=ResultKind.ERROR)
             return
         self._draw("arrow", DrawReq(arrows=(arrow,), clear_previous=bool(clear)))
 
@@ -657,7 +674,7 @@ class MonitorBackend(QObject):
             cmd = VelocityCommand(_vec("origin", ox, oy, oz), _finite("lin_vel_x", vx), _finite("lin_vel_y", vy),
                                   _finite("ang_vel_z", wz), _finite("scale", scale))
         except ValueError as exc:
-            self._set(lastDrawResult=f"error: {exc}")
+            self._set(lastDrawResult=f"error: {exc}", lastDrawResultKind=ResultKind.ERROR)
             return
         self._draw("velocity", DrawReq(velocity_command=cmd, clear_previous=bool(clear)))
 
@@ -678,10 +695,12 @@ class MonitorBackend(QObject):
             self._set(repeatKind="", repeatHz=0.0)
             return
         if kind not in _DRAW_KINDS:
-            self._set(lastDrawResult=f"error: cannot repeat {kind!r}; choose line, arrow or velocity")
+            self._set(lastDrawResult=f"error: cannot repeat {kind!r}; choose line, arrow or velocity",
+                      lastDrawResultKind=ResultKind.ERROR)
             return
         if kind not in self._last_draw:
-            self._set(lastDrawResult=f"error: nothing to repeat: send the {kind} once first")
+            self._set(lastDrawResult=f"error: nothing to repeat: send the {kind} once first",
+                      lastDrawResultKind=ResultKind.ERROR)
             return
         self._repeat_next = self._clock()
         self._set(repeatKind=kind, repeatHz=min(float(hz), _MAX_REPEAT_HZ))
@@ -852,7 +871,7 @@ class MonitorBackend(QObject):
         """Fail what is in flight, give the tools channel back, forget the client."""
         pending, self._pending = self._pending, {}
         for kind, detail in pending.values():
-            self._finish(kind, detail, f"error: {why}", None)
+            self._finish(kind, detail, (f"error: {why}", ResultKind.ERROR), None)
         self._repeat_cid = None
         chan, self._chan, self._client = self._chan, None, None
         self._holder = 0
@@ -888,30 +907,32 @@ class MonitorBackend(QObject):
         if replies:
             self._next_live = 0.0  # show what the engine just applied
 
-    def _result_text(self, kind: str, r: Reply) -> str:
+    def _result_text(self, kind: str, r: Reply) -> tuple[str, ResultKind]:
         if r.error is not None:
-            return f"error: {r.error}"
+            return f"error: {r.error}", ResultKind.ERROR
         payload = r.response.payload if r.response is not None else None
         if kind in _DRAW_KINDS or kind == "clear":
             if isinstance(payload, DrawResp) and not payload.success:
-                return f"failed (engine: success = false) {_ms(r.rtt_s)}"
-            return f"success {_ms(r.rtt_s)}"
+                return f"failed (engine: success = false) {_ms(r.rtt_s)}", ResultKind.ERROR
+            return f"success {_ms(r.rtt_s)}", ResultKind.OK
         if kind == "service" and not isinstance(payload, SetServiceEnabledResp):
-            return f"error: unexpected reply {type(payload).__name__}"
+            return f"error: unexpected reply {type(payload).__name__}", ResultKind.ERROR
         if kind == "sim" and not isinstance(payload, SetSimulationModeResp):
-            return f"error: unexpected reply {type(payload).__name__}"
-        return f"ok {_ms(r.rtt_s)}"
+            return f"error: unexpected reply {type(payload).__name__}", ResultKind.ERROR
+        return f"ok {_ms(r.rtt_s)}", ResultKind.OK
 
-    def _finish(self, kind: str, detail: int, text: str, reply: Reply | None) -> None:
+    def _finish(self, kind: str, detail: int, result: tuple[str, ResultKind], reply: Reply | None) -> None:
+        text, result_kind = result
         if kind == "service":
             still = any(w == ("service", detail) for w in self._pending.values())
-            self._services.update_row(detail, pending=still, lastResult=text)
+            self._services.update_row(detail, pending=still, lastResult=text, resultKind=result_kind)
         elif kind == "sim":
             still = any(w[0] == "sim" for w in self._pending.values())
-            self._set(simModePending=still, simModeResult=text)
+            self._set(simModePending=still, simModeResult=text, simModeResultKind=result_kind)
         else:
             still = any(w[0] in (*_DRAW_KINDS, "clear") for w in self._pending.values())
-            values: dict[str, Any] = {"drawPending": still, "lastDrawResult": text}
+            values: dict[str, Any] = {"drawPending": still, "lastDrawResult": text,
+                                      "lastDrawResultKind": result_kind}
             if reply is not None:
                 values["drawCount"] = self._v["drawCount"] + 1
                 if reply.response is not None:
@@ -924,7 +945,7 @@ class MonitorBackend(QObject):
             self._last_draw[kind] = req
         err = self._send(MethodId.DrawReq, req, (kind, 0))
         if err is not None:
-            self._set(lastDrawResult=f"error: {err}")
+            self._set(lastDrawResult=f"error: {err}", lastDrawResultKind=ResultKind.ERROR)
             return None
         self._set(drawPending=True)
         return next(reversed(self._pending))

@@ -17,7 +17,7 @@ DarkPane {
 
     readonly property var kinds: ["line", "arrow", "velocity"]
     readonly property string kind: kinds[tabs.currentIndex]
-    readonly property bool repeating: backend.repeatKind !== ""
+    readonly property bool repeating: root.backend.repeatKind !== ""
 
     function sendCurrent() {
         const clear = clearBox.checked
@@ -136,7 +136,7 @@ DarkPane {
                     value: 10
                     editable: true
                     Layout.preferredWidth: 96
-                    onValueModified: if (root.repeating) backend.setRepeat(backend.repeatKind, value)
+                    onValueModified: if (root.repeating) root.backend.setRepeat(root.backend.repeatKind, value)
                 }
                 Button {
                     objectName: "repeat"
@@ -146,7 +146,7 @@ DarkPane {
                             root.backend.setRepeat("", 0)
                         } else {
                             root.sendCurrent()
-                            backend.setRepeat(root.kind, hz.value)
+                            root.backend.setRepeat(root.kind, hz.value)
                         }
                     }
                 }
@@ -174,8 +174,8 @@ DarkPane {
             Label {
                 objectName: "lastDrawResult"
                 Layout.fillWidth: true
-                text: backend.lastDrawResult || "none yet"
-                color: Theme.resultColor(text)
+                text: root.backend.lastDrawResult || "none yet"
+                color: Theme.resultColor(root.backend.lastDrawResultKind)
                 font.bold: true
                 elide: Text.ElideRight
             }
@@ -183,9 +183,9 @@ DarkPane {
         Label {
             objectName: "drawStats"
             Layout.fillWidth: true
-            text: (backend.lastRttMs >= 0 ? "RTT " + backend.lastRttMs.toFixed(2) + " ms · " : "")
-                  + backend.drawCount + (backend.drawCount === 1 ? " reply" : " replies")
-                  + (root.repeating ? " · repeating " + backend.repeatKind + " at " + backend.repeatHz + " Hz" : "")
+            text: (root.backend.lastRttMs >= 0 ? "RTT " + root.backend.lastRttMs.toFixed(2) + " ms · " : "")
+                  + root.backend.drawCount + (root.backend.drawCount === 1 ? " reply" : " replies")
+                  + (root.repeating ? " · repeating " + root.backend.repeatKind + " at " + root.backend.repeatHz + " Hz" : "")
             color: Theme.dim
             font.pixelSize: Theme.small
             elide: Text.ElideRight

@@ -200,9 +200,10 @@ DarkPane {
                             elide: Text.ElideRight
                         }
                         Label {
+                            objectName: "serviceResult_" + row.model.name
                             Layout.fillWidth: true
                             text: row.model.pending ? "waiting…" : row.model.lastResult
-                            color: Theme.resultColor(text)
+                            color: Theme.resultColor(row.model.pending ? "pending" : row.model.resultKind)
                             font.pixelSize: Theme.small
                             elide: Text.ElideRight
                         }
@@ -253,10 +254,11 @@ DarkPane {
                     }
                 }
                 Label {
+                    objectName: "simModeResult"
                     Layout.fillWidth: true
                     visible: text !== ""
-                    text: backend.simModeResult
-                    color: Theme.resultColor(text)
+                    text: root.backend.simModeResult
+                    color: Theme.resultColor(root.backend.simModeResultKind)
                     font.pixelSize: Theme.small
                     elide: Text.ElideRight
                 }

@@ -26,11 +26,17 @@ QtObject {
     readonly property int big: 21
     readonly property int keyWidth: 112
 
-    function resultColor(text) {
-        if (text.startsWith("error") || text.startsWith("failed"))
-            return bad
-        if (text.startsWith("ok") || text.startsWith("success"))
+    // The colour of a command result, from its kind (MonitorBackend's
+    // lastDrawResultKind / simModeResultKind, the services' resultKind role):
+    // "ok", "error", "pending" or "" (nothing yet).
+    function resultColor(kind: string): color {
+        switch (kind) {
+        case "ok":
             return good
-        return dim
+        case "error":
+            return bad
+        default:
+            return dim
+        }
     }
 }
