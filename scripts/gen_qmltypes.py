@@ -171,9 +171,23 @@ def generate(registrar: str, dest: Path) -> None:
         json_file = Path(tmp) / "metatypes.json"
         json_file.write_text(json.dumps(dump, indent=4), encoding="utf-8")
         proc = subprocess.run(
-            [registrar, "--generate-qmltypes", str(dest / QMLTYPES), "-o", str(Path(tmp) / "registrations.cpp"),
-             "--import-name", URI, "--major-version", str(MAJOR), "--minor-version", "0", str(json_file)],
-            capture_output=True, text=True, check=False,
+            [
+                registrar,
+                "--generate-qmltypes",
+                str(dest / QMLTYPES),
+                "-o",
+                str(Path(tmp) / "registrations.cpp"),
+                "--import-name",
+                URI,
+                "--major-version",
+                str(MAJOR),
+                "--minor-version",
+                "0",
+                str(json_file),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
     noise = [line for line in (proc.stdout + proc.stderr).splitlines() if line and _EXPECTED_NOTICE not in line]
     if proc.returncode != 0 or noise:
@@ -209,9 +223,15 @@ def main(argv: list[str] | None = None) -> int:
                 old = old_path.read_text(encoding="utf-8") if old_path.is_file() else ""
                 if new != old:
                     stale = True
-                    sys.stderr.writelines(difflib.unified_diff(
-                        old.splitlines(keepends=True), new.splitlines(keepends=True),
-                        f"committed/{name}", f"generated/{name}", n=1))
+                    sys.stderr.writelines(
+                        difflib.unified_diff(
+                            old.splitlines(keepends=True),
+                            new.splitlines(keepends=True),
+                            f"committed/{name}",
+                            f"generated/{name}",
+                            n=1,
+                        )
+                    )
             if stale:
                 print(f"{out} is stale; run scripts/gen_qmltypes.py", file=sys.stderr)
                 return 1

@@ -25,8 +25,9 @@ TOOL_MISSING = 3
 
 
 def run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120,
-                          check=False, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=120, check=False, cwd=ROOT
+    )
     if proc.returncode == TOOL_MISSING:
         pytest.skip(f"Qt for Python tool unavailable: {proc.stderr.strip()}")
     return proc
