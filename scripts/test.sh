@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Set up .venv if needed, then run every check: ruff, the import contracts,
-# and the whole pytest suite (GUI tests run offscreen; no display needed).
+# the QML type description's freshness and qmllint, and the whole pytest suite
+# (GUI tests run offscreen; no display needed).
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 echo "== ruff" >&2
 ruff check lucky_monitor tests benchmarks scripts
 echo "== import contracts" >&2
 lint-imports
+echo "== QML types and qmllint" >&2
+python scripts/gen_qmltypes.py --check
+python scripts/qmllint.py
 echo "== pytest" >&2
 exec python -m pytest "$@"

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any, Protocol
 
 from PySide6.QtCore import (
@@ -44,33 +45,46 @@ from PySide6.QtCore import (
     Signal,
     Slot,
 )
+from PySide6.QtQml import QmlElement
 
 from ..core.monitor import LinkState
 from ..core.session import CommandResult, SegmentEntry, Tick
 from ..protocol import header as hdr
 from ..protocol.header import Header
+from .palette import BAD, DIM, GOOD, WARN
 
 # ---------------------------------------------------------------------------
 # Presentation helpers
 # ---------------------------------------------------------------------------
 
-GREEN, AMBER, RED, GREY = "#4cd07d", "#f5b935", "#ff5f56", "#9aa0a6"
+QML_IMPORT_NAME = "LuckyMonitor.Backend"
+QML_IMPORT_MAJOR_VERSION = 1
+
+
+class ResultKind(StrEnum):
+    """What a command's result text reports; QML colours a result by this, never by its text."""
+
+    NONE = ""  # nothing sent yet
+    OK = "ok"
+    ERROR = "error"  # refused, failed, timed out, or the engine answered success = false
+    PENDING = "pending"  # sent, waiting for the reply
+
 
 #: Colour of the state line for each link state.
 STATE_COLORS: dict[LinkState, str] = {
-    LinkState.SEARCHING: GREY,
-    LinkState.INCOMPATIBLE: RED,
-    LinkState.INITIALISING: AMBER,
-    LinkState.CONNECTED: GREEN,
-    LinkState.WAITING_FOR_TRAINER: AMBER,
-    LinkState.ENGINE_STEPPING: GREEN,
-    LinkState.FREE_RUNNING: GREEN,
-    LinkState.PAUSED: AMBER,
-    LinkState.STALLED: RED,
-    LinkState.VIOLATION: RED,
-    LinkState.TRAINER_LOST: AMBER,
-    LinkState.CLOSING: AMBER,
-    LinkState.ENGINE_EXITED: RED,
+    LinkState.SEARCHING: DIM,
+    LinkState.INCOMPATIBLE: BAD,
+    LinkState.INITIALISING: WARN,
+    LinkState.CONNECTED: GOOD,
+    LinkState.WAITING_FOR_TRAINER: WARN,
+    LinkState.ENGINE_STEPPING: GOOD,
+    LinkState.FREE_RUNNING: GOOD,
+    LinkState.PAUSED: WARN,
+    LinkState.STALLED: BAD,
+    LinkState.VIOLATION: BAD,
+    LinkState.TRAINER_LOST: WARN,
+    LinkState.CLOSING: WARN,
+    LinkState.ENGINE_EXITED: BAD,
 }
 
 
@@ -86,7 +100,7 @@ def state_color(state: LinkState) -> str:
     str
         ``#rrggbb``.
     """
-    return STATE_COLORS.get(state, GREY)
+    return STATE_COLORS.get(state, DIM)
 
 
 def bytes_text(n: int) -> str:
@@ -277,7 +291,7 @@ class ServiceListModel(_RowModel):
 
     def __init__(self, parent: QObject | None = None) -> None:
         rows = [{"name": n, "bit": i, "available": False, "enabled": False, "pending": False, "lastResult": "",
-                 "resultKind": ""} for i, n in enumerate(hdr.SERVICES)]
+                 "resultKind": ResultKind.NONE.value} for i, n in enumerate(hdr.SERVICES)]
         super().__init__(rows, parent)
 
 
@@ -309,7 +323,7 @@ _FIELDS: dict[str, tuple[str, Any]] = {
     "reason": ("connection", ""),
     "notice": ("connection", ""),
     "healthy": ("connection", False),
-    "stateColor": ("connection", GREY),
+    "stateColor": ("connection", DIM),
     "attached": ("connection", False),
     # selection
     "selectedSegment": ("selection", ""),
@@ -376,6 +390,7 @@ def _rate(v: float | None) -> float:
     return -1.0 if v is None else round(v, 1)
 
 
+@QmlElement
 class MonitorBackend(QObject):
     """Properties and slots for ``RpcPanel.qml`` and ``DebugDraw.qml``.
 

@@ -36,6 +36,7 @@ from PySide6.QtCore import Qt, Signal
 from lucky_monitor.core.session import DisplayOptions, ImageFrame
 from lucky_monitor.core.tiler import SOURCE_FORMATS, FrameMeta, Tiler, TilerError
 from lucky_monitor.protocol.errors import LuckyMonitorError
+from lucky_monitor.ui import palette as pal
 
 __all__ = ["ImageGridError", "ImageGridWidget", "SingleEnvView", "array_to_qimage"]
 
@@ -304,7 +305,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         self.labels = _EnvLabels(label_min_px, max_labels)
         self.labels.setZValue(10)
         self.view_box.addItem(self.labels, ignoreBounds=True)
-        pen = QtGui.QPen(QtGui.QColor(255, 210, 0), 2)
+        pen = QtGui.QPen(QtGui.QColor(pal.SELECTION), 2)
         pen.setCosmetic(True)
         self.highlight = QtWidgets.QGraphicsRectItem()
         self.highlight.setPen(pen)

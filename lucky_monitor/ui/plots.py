@@ -37,6 +37,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from ..core.history import History, HistoryView, ring_count_since, ring_tail
 from ..protocol.errors import LuckyMonitorError
+from . import palette as pal
 
 __all__ = [
     "BAND_MODES",
@@ -61,16 +62,7 @@ WINDOW_CHOICES: tuple[tuple[str, float], ...] = (
 #: Band modes: (key, label).
 BAND_MODES: tuple[tuple[str, str], ...] = (("percentile", "p10–p90"), ("minmax", "min–max"))
 #: Distinct colours of the selected envs' curves, in selection order.
-SELECTED_COLOURS: tuple[str, ...] = (
-    "#e6194b",
-    "#3cb44b",
-    "#ffe119",
-    "#4363d8",
-    "#f58231",
-    "#911eb4",
-    "#46f0f0",
-    "#f032e6",
-)
+SELECTED_COLOURS: tuple[str, ...] = pal.ENV_COLOURS
 _SAMPLES_TEXT = "values are samples: {n} frames skipped, because {cause}"
 _DEFAULT_CAUSE = "not every frame reaches the 60 Hz poll"
 _MIN_RASTER_BINS = 64
@@ -325,14 +317,14 @@ class PlotsPanel(QtWidgets.QWidget):
         self.reward_plot = ci.addPlot(row=0, col=0, title="reward")
         self.reward_plot.setLabel("left", "reward")
         self.legend = self.reward_plot.addLegend(offset=(-10, 4), brush=(0, 0, 0, 150), colCount=4)
-        band_pen = pg.mkPen((90, 140, 255, 140), width=1)
+        band_pen = pg.mkPen(pal.rgba(pal.BAND, 140), width=1)
         self.band_low = pg.PlotDataItem(pen=band_pen)
         self.band_high = pg.PlotDataItem(pen=band_pen, name=BAND_MODES[0][1])
-        self.band_fill = BandFill(self.band_low, self.band_high, brush=(90, 140, 255, 70))
+        self.band_fill = BandFill(self.band_low, self.band_high, brush=pal.rgba(pal.BAND, 70))
         self.reward_plot.addItem(self.band_fill)
         self.reward_plot.addItem(self.band_low)
         self.reward_plot.addItem(self.band_high)
-        self.mean_curve = pg.PlotDataItem(pen=pg.mkPen((240, 240, 240), width=2), name="mean")
+        self.mean_curve = pg.PlotDataItem(pen=pg.mkPen(pal.MEAN, width=2), name="mean")
         self.reward_plot.addItem(self.mean_curve)
 
         self.counts_plot = ci.addPlot(row=1, col=0, title="dones / truncateds per frame")
@@ -341,13 +333,13 @@ class PlotsPanel(QtWidgets.QWidget):
         self.counts_plot.setXLink(self.reward_plot)
         self.counts_plot.addLegend(offset=(-10, 4), brush=(0, 0, 0, 150), colCount=2)
         self.dones_curve = pg.PlotDataItem(
-            pen=pg.mkPen((255, 120, 80), width=1),
-            brush=(255, 120, 80, 90),
+            pen=pg.mkPen(pal.DONES, width=1),
+            brush=pal.rgba(pal.DONES, 90),
             fillLevel=0,
             stepMode="right",
             name="dones",
         )
-        self.truncs_curve = pg.PlotDataItem(pen=pg.mkPen((120, 220, 120), width=1), stepMode="right", name="truncateds")
+        self.truncs_curve = pg.PlotDataItem(pen=pg.mkPen(pal.TRUNCATEDS, width=1), stepMode="right", name="truncateds")
         self.counts_plot.addItem(self.dones_curve)
         self.counts_plot.addItem(self.truncs_curve)
 
@@ -396,7 +388,7 @@ class PlotsPanel(QtWidgets.QWidget):
         self.png_button.clicked.connect(self._export_png_clicked)
         self.status_label = QtWidgets.QLabel("")
         self.samples_label = QtWidgets.QLabel("")
-        self.samples_label.setStyleSheet("color: #d08000;")
+        self.samples_label.setStyleSheet(f"color: {pal.WARN};")
         self.samples_label.setVisible(False)
         for widget in (
             QtWidgets.QLabel("window"),

@@ -3,10 +3,17 @@
 The QML files live in a module directory ``LuckyMonitor/`` (with its
 ``qmldir``) under a *QML import root*: ``<repo>/qml`` in a checkout,
 ``lucky_monitor/qml`` inside an installed wheel. :func:`qml_dir` finds it;
-:func:`make_quick_widget` adds it to a widget's import path, exposes the
-Python backend to QML as the context property ``backend``, loads one
-component with ``loadFromModule`` and refuses to return a widget whose QML
-failed to load or warned while loading.
+:func:`make_quick_widget` adds it to a widget's import path, loads one
+component with ``loadFromModule``, giving its ``required property
+MonitorBackend backend`` as an initial property, and refuses to return a
+widget whose QML failed to load or warned while loading.
+
+The Python types QML uses are registered with ``@QmlElement`` under the URI
+``LuckyMonitor.Backend`` (``MonitorBackend`` in :mod:`.backend`, the
+``Palette`` singleton in :mod:`.palette`): importing those modules registers
+them. The directory ``LuckyMonitor/Backend/`` holds that module's ``qmldir``
+and the ``.qmltypes`` QML tooling reads (``scripts/gen_qmltypes.py`` writes
+them).
 
 Controls use the ``Fusion`` style (chosen here before the first QML load
 unless ``QT_QUICK_CONTROLS_STYLE`` names another); the
@@ -19,15 +26,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QUrl
+from PySide6.QtCore import QUrl
 from PySide6.QtQml import QQmlError
 from PySide6.QtQuickControls2 import QQuickStyle
 from PySide6.QtQuickWidgets import QQuickWidget
 from PySide6.QtWidgets import QWidget
 
 from ..protocol.errors import LuckyMonitorError
+from .backend import MonitorBackend  # registers LuckyMonitor.Backend/MonitorBackend
+from .palette import Palette  # registers LuckyMonitor.Backend/Palette
 
-__all__ = ["MODULE", "QmlLoadError", "make_quick_widget", "qml_dir"]
+#: The Python types QML imports from ``LuckyMonitor.Backend``.
+QML_TYPES = (MonitorBackend, Palette)
+
+__all__ = ["MODULE", "QML_TYPES", "QmlLoadError", "make_quick_widget", "qml_dir"]
 
 #: The QML module name (``import LuckyMonitor``).
 MODULE = "LuckyMonitor"
@@ -79,20 +91,20 @@ def _messages(errors: list[QQmlError]) -> str:
     return "; ".join(e.toString() for e in errors)
 
 
-def make_quick_widget(backend: QObject, component: str, parent: QWidget | None = None) -> QQuickWidget:
+def make_quick_widget(backend: MonitorBackend, component: str, parent: QWidget | None = None) -> QQuickWidget:
     """A ``QQuickWidget`` showing ``LuckyMonitor.<component>`` bound to ``backend``.
 
     Parameters
     ----------
     backend
-        The object QML sees as ``backend`` (normally a
-        :class:`~lucky_monitor.ui.backend.MonitorBackend`). The widget keeps a
+        The component's required property ``backend``. The widget keeps a
         Python reference to it. It must outlive the loaded QML: if something
         else may delete it first (a Qt parent), unload the view first with
         ``widget.setSource(QUrl())``, or every binding warns about a null
         ``backend``.
     component
-        ``"RpcPanel"`` or ``"DebugDraw"`` (any type the module exports).
+        ``"RpcPanel"`` or ``"DebugDraw"`` (a type of the module that declares
+        ``required property MonitorBackend backend``).
     parent
         Optional parent widget.
 
@@ -114,7 +126,7 @@ def make_quick_widget(backend: QObject, component: str, parent: QWidget | None =
     widget.setResizeMode(QQuickWidget.ResizeMode.SizeRootObjectToView)
     engine = widget.engine()
     engine.addImportPath(str(root))
-    widget.rootContext().setContextProperty("backend", backend)
+    widget.setInitialProperties({"backend": backend})
     widget._lucky_backend = backend  # type: ignore[attr-defined]  # keep it alive as long as the widget
 
     warnings: list[QQmlError] = []

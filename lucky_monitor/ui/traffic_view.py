@@ -17,6 +17,7 @@ from PySide6.QtCore import Qt
 
 from ..core.session import TrafficStats
 from ..core.traffic import TrafficEntry
+from . import palette as pal
 
 COLUMNS = ("time", "direction", "method", "correlation", "bytes", "latency", "error")
 
@@ -30,7 +31,7 @@ class TrafficModel(QtCore.QAbstractTableModel):
         super().__init__(parent)
         self._rows: list[TrafficEntry] = []
         self._t0 = 0.0
-        self._error_brush = QtGui.QBrush(QtGui.QColor(255, 110, 100))
+        self._error_brush = QtGui.QBrush(QtGui.QColor(pal.BAD))
 
     def set_entries(self, entries: list[TrafficEntry], t0: float) -> None:
         self.beginResetModel()

@@ -1,6 +1,7 @@
 import QtQuick
 import QtQuick.Controls
 import QtQuick.Layouts
+import LuckyMonitor.Backend
 
 // Debug-draw form: a line, an arrow or a velocity command sent to the engine
 // over the tools channel (DrawReq), once or repeated at a chosen rate, and
@@ -11,21 +12,24 @@ DarkPane {
     implicitWidth: 380
     implicitHeight: 460
 
+    // lucky_monitor.ui.backend.MonitorBackend, given when the view is created
+    required property MonitorBackend backend
+
     readonly property var kinds: ["line", "arrow", "velocity"]
     readonly property string kind: kinds[tabs.currentIndex]
-    readonly property bool repeating: backend.repeatKind !== ""
+    readonly property bool repeating: root.backend.repeatKind !== ""
 
     function sendCurrent() {
         const clear = clearBox.checked
         if (tabs.currentIndex === 0)
-            backend.drawLine(lineStart.vx, lineStart.vy, lineStart.vz, lineEnd.vx, lineEnd.vy, lineEnd.vz,
+            root.backend.drawLine(lineStart.vx, lineStart.vy, lineStart.vz, lineEnd.vx, lineEnd.vy, lineEnd.vz,
                              colour.r, colour.g, colour.b, colour.a, clear)
         else if (tabs.currentIndex === 1)
-            backend.drawArrow(arrowOrigin.vx, arrowOrigin.vy, arrowOrigin.vz,
+            root.backend.drawArrow(arrowOrigin.vx, arrowOrigin.vy, arrowOrigin.vz,
                               arrowDir.vx, arrowDir.vy, arrowDir.vz,
                               colour.r, colour.g, colour.b, colour.a, arrowScale.value, clear)
         else
-            backend.drawVelocity(velOrigin.vx, velOrigin.vy, velOrigin.vz,
+            root.backend.drawVelocity(velOrigin.vx, velOrigin.vy, velOrigin.vz,
                                  velX.value, velY.value, velW.value, velScale.value, clear)
     }
 
@@ -45,8 +49,8 @@ DarkPane {
         Label {
             objectName: "toolsReason"
             Layout.fillWidth: true
-            visible: !backend.toolsAvailable
-            text: "Commands disabled: " + backend.toolsReason
+            visible: !root.backend.toolsAvailable
+            text: "Commands disabled: " + root.backend.toolsReason
             color: Theme.warn
             wrapMode: Text.Wrap
         }
@@ -56,7 +60,7 @@ DarkPane {
             objectName: "drawForm"
             Layout.fillWidth: true
             spacing: 8
-            enabled: backend.toolsAvailable
+            enabled: root.backend.toolsAvailable
             opacity: enabled ? 1.0 : 0.45
 
             TabBar {
@@ -132,17 +136,17 @@ DarkPane {
                     value: 10
                     editable: true
                     Layout.preferredWidth: 96
-                    onValueModified: if (root.repeating) backend.setRepeat(backend.repeatKind, value)
+                    onValueModified: if (root.repeating) root.backend.setRepeat(root.backend.repeatKind, value)
                 }
                 Button {
                     objectName: "repeat"
                     text: root.repeating ? "Stop" : "Repeat"
                     onClicked: {
                         if (root.repeating) {
-                            backend.setRepeat("", 0)
+                            root.backend.setRepeat("", 0)
                         } else {
                             root.sendCurrent()
-                            backend.setRepeat(root.kind, hz.value)
+                            root.backend.setRepeat(root.kind, hz.value)
                         }
                     }
                 }
@@ -151,7 +155,7 @@ DarkPane {
                 objectName: "clearAll"
                 Layout.fillWidth: true
                 text: "Clear all drawings"
-                onClicked: backend.clearDrawings()
+                onClicked: root.backend.clearDrawings()
             }
         }
 
@@ -170,8 +174,8 @@ DarkPane {
             Label {
                 objectName: "lastDrawResult"
                 Layout.fillWidth: true
-                text: backend.lastDrawResult || "none yet"
-                color: Theme.resultColor(text)
+                text: root.backend.lastDrawResult || "none yet"
+                color: Theme.resultColor(root.backend.lastDrawResultKind)
                 font.bold: true
                 elide: Text.ElideRight
             }
@@ -179,9 +183,9 @@ DarkPane {
         Label {
             objectName: "drawStats"
             Layout.fillWidth: true
-            text: (backend.lastRttMs >= 0 ? "RTT " + backend.lastRttMs.toFixed(2) + " ms · " : "")
-                  + backend.drawCount + (backend.drawCount === 1 ? " reply" : " replies")
-                  + (root.repeating ? " · repeating " + backend.repeatKind + " at " + backend.repeatHz + " Hz" : "")
+            text: (root.backend.lastRttMs >= 0 ? "RTT " + root.backend.lastRttMs.toFixed(2) + " ms · " : "")
+                  + root.backend.drawCount + (root.backend.drawCount === 1 ? " reply" : " replies")
+                  + (root.repeating ? " · repeating " + root.backend.repeatKind + " at " + root.backend.repeatHz + " Hz" : "")
             color: Theme.dim
             font.pixelSize: Theme.small
             elide: Text.ElideRight

@@ -1,20 +1,23 @@
+pragma ComponentBehavior: Bound
 import QtQuick
 import QtQuick.Controls
 import QtQuick.Layouts
+import LuckyMonitor.Backend
 
 // The monitor's mirror of the engine editor's RpcPanel: connection state,
 // segment picker, header facts, rates, lock-step turn split, service switches
-// and simulation mode. Everything is bound to the context property `backend`
-// (lucky_monitor.ui.backend.MonitorBackend); switches show what the engine
-// published in the segment, never what was asked.
+// and simulation mode. Everything is bound to the required property `backend`
+// (lucky_monitor.ui.backend.MonitorBackend, given when the view is created);
+// switches show what the engine published in the segment, never what was asked.
 DarkPane {
     id: root
     objectName: "rpcPanel"
+    required property MonitorBackend backend
     implicitWidth: 340
     implicitHeight: 760
 
-    function count(v) { return backend.attached ? v.toLocaleString(Qt.locale("C"), "f", 0) : "—" }
-    function rate(v) { return backend.attached ? v.toFixed(1) : "—" }
+    function count(v) { return root.backend.attached ? v.toLocaleString(Qt.locale("C"), "f", 0) : "—" }
+    function rate(v) { return root.backend.attached ? v.toFixed(1) : "—" }
 
     ScrollView {
         id: scroll
@@ -40,13 +43,13 @@ DarkPane {
                     Layout.preferredHeight: 14
                     Layout.alignment: Qt.AlignVCenter
                     radius: 7
-                    color: backend.stateColor
+                    color: root.backend.stateColor
                 }
                 Label {
                     objectName: "stateLine"
                     Layout.fillWidth: true
-                    text: backend.stateText
-                    color: backend.stateColor
+                    text: root.backend.stateText
+                    color: root.backend.stateColor
                     font.pixelSize: Theme.big
                     font.bold: true
                     wrapMode: Text.Wrap
@@ -58,15 +61,15 @@ DarkPane {
                 objectName: "reasonLine"
                 Layout.fillWidth: true
                 visible: text !== ""
-                text: backend.reason
-                color: backend.healthy ? Theme.dim : Theme.text
+                text: root.backend.reason
+                color: root.backend.healthy ? Theme.dim : Theme.text
                 wrapMode: Text.Wrap
             }
             Label {
                 objectName: "noticeLine"
                 Layout.fillWidth: true
                 visible: text !== ""
-                text: backend.notice
+                text: root.backend.notice
                 color: Theme.accent
                 font.italic: true
                 wrapMode: Text.Wrap
@@ -78,13 +81,13 @@ DarkPane {
                 objectName: "segmentPicker"
                 Layout.fillWidth: true
                 Layout.topMargin: 4
-                model: backend.segments
+                model: root.backend.segments
                 textRole: "label"
                 valueRole: "name"
-                currentIndex: backend.segmentIndex
+                currentIndex: root.backend.segmentIndex
                 onActivated: (index) => {
-                    backend.selectSegment(valueAt(index))
-                    currentIndex = Qt.binding(() => backend.segmentIndex)
+                    root.backend.selectSegment(valueAt(index))
+                    currentIndex = Qt.binding(() => root.backend.segmentIndex)
                 }
                 HoverHandler { id: pickerHover }
                 ToolTip.visible: pickerHover.hovered && picker.displayText !== ""
@@ -95,74 +98,74 @@ DarkPane {
             // ---------------------------------------------------------- facts
             Section {
                 title: "Segment"
-                Fact { key: "name"; value: backend.segmentName || "—" }
-                Fact { key: "session"; value: backend.sessionId }
-                Fact { key: "size"; value: backend.segmentSize }
+                Fact { key: "name"; value: root.backend.segmentName || "—" }
+                Fact { key: "session"; value: root.backend.sessionId }
+                Fact { key: "size"; value: root.backend.segmentSize }
                 Fact {
                     key: "engine"
-                    value: backend.attached ? backend.engineState + " · pid " + backend.serverPid : "—"
+                    value: root.backend.attached ? root.backend.engineState + " · pid " + root.backend.serverPid : "—"
                 }
-                Fact { key: "heartbeat"; value: backend.heartbeatAge }
+                Fact { key: "heartbeat"; value: root.backend.heartbeatAge }
             }
 
             Section {
                 title: "Lock-step"
-                Fact { key: "mode"; value: backend.mode }
+                Fact { key: "mode"; value: root.backend.mode }
                 Fact {
                     key: "envs"
-                    value: backend.attached
-                           ? backend.numEnvs + " · obs " + backend.obsSize + " · act " + backend.actSize
+                    value: root.backend.attached
+                           ? root.backend.numEnvs + " · obs " + root.backend.obsSize + " · act " + root.backend.actSize
                            : "—"
                 }
                 Fact {
                     key: "trainer"
-                    value: !backend.attached ? "—"
-                           : backend.clientPid === 0 ? "none attached"
-                           : "pid " + backend.clientPid + (backend.trainerAlive ? "" : " (exited)")
-                    valueColor: backend.clientPid !== 0 && !backend.trainerAlive ? Theme.bad : Theme.text
+                    value: !root.backend.attached ? "—"
+                           : root.backend.clientPid === 0 ? "none attached"
+                           : "pid " + root.backend.clientPid + (root.backend.trainerAlive ? "" : " (exited)")
+                    valueColor: root.backend.clientPid !== 0 && !root.backend.trainerAlive ? Theme.bad : Theme.text
                 }
-                Fact { key: "frame_seq"; value: root.count(backend.frameSeq) }
-                Fact { key: "action_seq"; value: root.count(backend.actionSeq) }
+                Fact { key: "frame_seq"; value: root.count(root.backend.frameSeq) }
+                Fact { key: "action_seq"; value: root.count(root.backend.actionSeq) }
                 TurnSplit {
                     objectName: "turnSplit"
                     Layout.topMargin: 4
-                    enginePct: backend.engineSharePct
-                    trainerPct: backend.trainerSharePct
+                    enginePct: root.backend.engineSharePct
+                    trainerPct: root.backend.trainerSharePct
                 }
             }
 
             Section {
                 title: "Rates"
-                Fact { key: "frames/s"; value: root.rate(backend.framesPerSec) }
-                Fact { key: "images/s"; value: root.rate(backend.imagesPerSec) }
+                Fact { key: "frames/s"; value: root.rate(root.backend.framesPerSec) }
+                Fact { key: "images/s"; value: root.rate(root.backend.imagesPerSec) }
                 Fact {
                     key: "frames skipped"
-                    value: root.count(backend.framesSkipped)
+                    value: root.count(root.backend.framesSkipped)
                 }
                 Fact {
                     key: "torn reads"
-                    value: backend.attached
-                           ? "images " + root.count(backend.tornImages) + " · hot " + root.count(backend.tornHot)
+                    value: root.backend.attached
+                           ? "images " + root.count(root.backend.tornImages) + " · hot " + root.count(root.backend.tornHot)
                            : "—"
                 }
             }
 
             Section {
                 title: "Images"
-                Fact { key: "format"; value: backend.imageText }
-                Fact { key: "image_seq"; value: root.count(backend.imageSeq) }
+                Fact { key: "format"; value: root.backend.imageText }
+                Fact { key: "image_seq"; value: root.count(root.backend.imageSeq) }
             }
 
             Section {
                 title: "Rings"
-                Fact { key: "command"; value: backend.cmdRingText }
-                Fact { key: "tools"; value: backend.toolsText }
-                Fact { key: "tools owner"; value: backend.toolsOwnerText }
+                Fact { key: "command"; value: root.backend.cmdRingText }
+                Fact { key: "tools"; value: root.backend.toolsText }
+                Fact { key: "tools owner"; value: root.backend.toolsOwnerText }
             }
 
             Section {
                 title: "GPU"
-                Fact { key: "observations"; value: backend.gpuText }
+                Fact { key: "observations"; value: root.backend.gpuText }
             }
 
             // ------------------------------------------------------- services
@@ -171,18 +174,18 @@ DarkPane {
                 Label {
                     objectName: "toolsReason"
                     Layout.fillWidth: true
-                    visible: !backend.toolsAvailable
-                    text: "Commands disabled: " + backend.toolsReason
+                    visible: !root.backend.toolsAvailable
+                    text: "Commands disabled: " + root.backend.toolsReason
                     color: Theme.warn
                     wrapMode: Text.Wrap
                 }
                 Repeater {
-                    model: backend.services
+                    model: root.backend.services
                     delegate: RowLayout {
                         id: row
                         required property var model
                         required property int index
-                        readonly property string tip: !backend.toolsAvailable ? backend.toolsReason
+                        readonly property string tip: !root.backend.toolsAvailable ? root.backend.toolsReason
                                                     : !model.available ? "the engine does not offer " + model.name
                                                     : model.pending ? "waiting for the engine"
                                                     : model.enabled ? "click to disable " + model.name
@@ -197,9 +200,10 @@ DarkPane {
                             elide: Text.ElideRight
                         }
                         Label {
+                            objectName: "serviceResult_" + row.model.name
                             Layout.fillWidth: true
                             text: row.model.pending ? "waiting…" : row.model.lastResult
-                            color: Theme.resultColor(text)
+                            color: Theme.resultColor(row.model.pending ? "pending" : row.model.resultKind)
                             font.pixelSize: Theme.small
                             elide: Text.ElideRight
                         }
@@ -214,9 +218,9 @@ DarkPane {
                             objectName: "serviceSwitch_" + row.model.name
                             checkable: false
                             checked: row.model.enabled
-                            enabled: backend.toolsAvailable && row.model.available && !row.model.pending
+                            enabled: root.backend.toolsAvailable && row.model.available && !row.model.pending
                             opacity: enabled ? 1.0 : 0.45
-                            onClicked: backend.setServiceEnabled(row.model.bit, !row.model.enabled)
+                            onClicked: root.backend.setServiceEnabled(row.model.bit, !row.model.enabled)
                         }
                         HoverHandler { id: rowHover }
                         ToolTip.visible: rowHover.hovered
@@ -240,20 +244,21 @@ DarkPane {
                         id: simCombo
                         objectName: "simMode"
                         Layout.fillWidth: true
-                        model: backend.simModeNames
-                        currentIndex: backend.simMode
-                        enabled: backend.toolsAvailable && !backend.simModePending
+                        model: root.backend.simModeNames
+                        currentIndex: root.backend.simMode
+                        enabled: root.backend.toolsAvailable && !root.backend.simModePending
                         onActivated: (index) => {
-                            backend.setSimMode(index)
-                            currentIndex = Qt.binding(() => backend.simMode)
+                            root.backend.setSimMode(index)
+                            currentIndex = Qt.binding(() => root.backend.simMode)
                         }
                     }
                 }
                 Label {
+                    objectName: "simModeResult"
                     Layout.fillWidth: true
                     visible: text !== ""
-                    text: backend.simModeResult
-                    color: Theme.resultColor(text)
+                    text: root.backend.simModeResult
+                    color: Theme.resultColor(root.backend.simModeResultKind)
                     font.pixelSize: Theme.small
                     elide: Text.ElideRight
                 }

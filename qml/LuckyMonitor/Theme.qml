@@ -1,21 +1,24 @@
 pragma Singleton
 import QtQuick
+import LuckyMonitor.Backend
 
-// Colours and sizes shared by the LuckyMonitor components: a dark theme that
-// stays readable from across a desk.
+// Colours and sizes shared by the LuckyMonitor components. The colours come
+// from the Python palette (lucky_monitor/ui/palette.py, the `Palette`
+// singleton), so the widgets around the QML and the QML agree; no colour is
+// written here.
 QtObject {
-    readonly property color window: "#1b1d21"
-    readonly property color surface: "#25282d"
-    readonly property color control: "#3a3f47"
-    readonly property color line: "#3b4048"
-    readonly property color text: "#e9ebee"
-    readonly property color dim: "#9aa1ab"
-    readonly property color accent: "#5aa9ff"
-    readonly property color engine: "#5aa9ff"
-    readonly property color trainer: "#c792ea"
-    readonly property color good: "#4cd07d"
-    readonly property color warn: "#f5b935"
-    readonly property color bad: "#ff5f56"
+    readonly property color window: Palette.window
+    readonly property color surface: Palette.surface
+    readonly property color control: Palette.control
+    readonly property color line: Palette.line
+    readonly property color text: Palette.text
+    readonly property color dim: Palette.dim
+    readonly property color accent: Palette.accent
+    readonly property color engine: Palette.engine
+    readonly property color trainer: Palette.trainer
+    readonly property color good: Palette.good
+    readonly property color warn: Palette.warn
+    readonly property color bad: Palette.bad
 
     readonly property int small: 12
     readonly property int base: 13
@@ -23,11 +26,17 @@ QtObject {
     readonly property int big: 21
     readonly property int keyWidth: 112
 
-    function resultColor(text) {
-        if (text.startsWith("error") || text.startsWith("failed"))
-            return bad
-        if (text.startsWith("ok") || text.startsWith("success"))
+    // The colour of a command result, from its kind (MonitorBackend's
+    // lastDrawResultKind / simModeResultKind, the services' resultKind role):
+    // "ok", "error", "pending" or "" (nothing yet).
+    function resultColor(kind: string): color {
+        switch (kind) {
+        case "ok":
             return good
-        return dim
+        case "error":
+            return bad
+        default:
+            return dim
+        }
     }
 }

@@ -31,16 +31,14 @@ from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
 from lucky_monitor.transport.shm import Segment, platform_kind
 from lucky_monitor.transport.tools import ToolsChannel, tools_owner
 from lucky_monitor.ui.backend import (
-    AMBER,
-    GREEN,
-    GREY,
-    RED,
     MonitorBackend,
+    ResultKind,
     SegmentListModel,
     age_text,
     bytes_text,
     state_color,
 )
+from lucky_monitor.ui.palette import BAD, DIM, GOOD, WARN
 from lucky_monitor.ui.qml_host import QmlLoadError, make_quick_widget, qml_dir
 
 pytestmark = pytest.mark.skipif(platform_kind() != "dir", reason="segments are exercised on Linux")
@@ -154,6 +152,11 @@ def qml_child(view: QQuickWidget, name: str) -> QObject:
     raise AssertionError(f"no QML object named {name!r}")
 
 
+def colour_of(label: QObject) -> str:
+    """A QML label's text colour as ``#rrggbb``."""
+    return label.property("color").name()
+
+
 def services_enabled(name: str) -> int:
     with Segment.attach(name) as seg:
         return seg.counter("services_enabled")
@@ -180,13 +183,13 @@ def test_text_helpers() -> None:
     assert age_text(185) == "3 min"
     assert age_text(-5) == "0 s"
     assert age_text(7300) == "2 h"
-    expected = {LinkState.SEARCHING: GREY, LinkState.CONNECTED: GREEN, LinkState.FREE_RUNNING: GREEN,
-                LinkState.WAITING_FOR_TRAINER: AMBER, LinkState.PAUSED: AMBER, LinkState.INITIALISING: AMBER,
-                LinkState.ENGINE_EXITED: RED, LinkState.STALLED: RED, LinkState.INCOMPATIBLE: RED,
-                LinkState.VIOLATION: RED}
+    expected = {LinkState.SEARCHING: DIM, LinkState.CONNECTED: GOOD, LinkState.FREE_RUNNING: GOOD,
+                LinkState.WAITING_FOR_TRAINER: WARN, LinkState.PAUSED: WARN, LinkState.INITIALISING: WARN,
+                LinkState.ENGINE_EXITED: BAD, LinkState.STALLED: BAD, LinkState.INCOMPATIBLE: BAD,
+                LinkState.VIOLATION: BAD}
     for state, colour in expected.items():
         assert state_color(state) == colour, state
-    assert all(state_color(s) in (GREEN, AMBER, RED, GREY) for s in LinkState)
+    assert all(state_color(s) in (GOOD, WARN, BAD, DIM) for s in LinkState)
 
 
 def test_qml_dir_holds_the_module() -> None:
@@ -204,6 +207,9 @@ def test_views_load_without_warnings_before_any_update(views, tmp_path) -> None:
     assert qml_child(panel, "stateLine").property("text") == "searching"
     assert qml_child(panel, "serviceSwitch_Camera").property("enabled") is False
     assert qml_child(draw, "drawForm").property("enabled") is False
+    for view in (panel, draw):  # a required property given at creation, not a context property
+        assert view.rootContext().contextProperty("backend") is None
+    assert colour_of(qml_child(draw, "lastDrawResult")) == DIM  # "none yet"
     not_blank(panel, tmp_path / "panel.png")
     not_blank(draw, tmp_path / "draw.png")
 
@@ -215,7 +221,7 @@ def test_views_follow_a_searching_core(rig, views) -> None:
     rig.pump(lambda: rig.backend.value("segmentIndex") > 0, "the missing segment listed in the picker", tick=False)
     b = rig.backend
     assert b.value("state") == LinkState.SEARCHING.value
-    assert b.value("stateColor") == GREY
+    assert b.value("stateColor") == DIM
     assert b.value("toolsReason") == "no segment attached"
     row = b.segments.row(b.value("segmentIndex"))
     assert row["name"] == rig.core.name and row["error"] == "not found"
@@ -242,7 +248,7 @@ def test_backend_mirrors_the_engine(rig, views) -> None:
              "attached, tools claimed, frames flowing")
     assert b.value("segmentName") == eng.name
     assert b.value("state") in (LinkState.FREE_RUNNING.value, LinkState.CONNECTED.value)
-    assert b.value("healthy") is True and b.value("stateColor") == GREEN
+    assert b.value("healthy") is True and b.value("stateColor") == GOOD
     assert b.value("numEnvs") == 5 and b.value("obsSize") == 6 and b.value("actSize") == 2
     assert b.value("serverPid") == os.getpid() and b.value("clientPid") == 0
     assert b.value("mode") == "training"
@@ -281,12 +287,15 @@ def test_camera_toggle_goes_through_the_engine(rig, views) -> None:
     rig.step(tick=False)  # the engine has not served it yet: nothing optimistic
     row = b.services.row(CAMERA)
     assert row["pending"] is True and row["enabled"] is True
+    assert row["resultKind"] == ResultKind.PENDING
     assert qml_child(panel, "serviceSwitch_Camera").property("enabled") is False  # busy while pending
 
     rig.pump(lambda: not b.services.row(CAMERA)["enabled"], "camera shown disabled")
     assert not services_enabled(eng.name) >> CAMERA & 1
     row = b.services.row(CAMERA)
     assert row["pending"] is False and row["lastResult"].startswith("ok ") and row["lastResult"].endswith(" ms")
+    assert row["resultKind"] == ResultKind.OK
+    assert colour_of(qml_child(panel, "serviceResult_Camera")) == GOOD
     switch = qml_child(panel, "serviceSwitch_Camera")
     assert switch.property("checked") is False and switch.property("enabled") is True
 
@@ -307,10 +316,13 @@ def test_sim_mode_follows_the_engine(rig, views) -> None:
     assert b.value("simModePending") is True
     rig.pump(lambda: b.value("simMode") == 1 and not b.value("simModePending"), "deterministic mode shown")
     assert eng.sim_mode == 1
-    assert b.value("simModeResult").startswith("ok ")
+    assert b.value("simModeResult").startswith("ok ") and b.value("simModeResultKind") == ResultKind.OK
     assert qml_child(panel, "simMode").property("currentIndex") == 1
+    assert colour_of(qml_child(panel, "simModeResult")) == GOOD
     b.setSimMode(7)
     assert b.value("simModeResult") == "error: simulation mode 7 unknown"
+    assert b.value("simModeResultKind") == ResultKind.ERROR
+    assert colour_of(qml_child(panel, "simModeResult")) == BAD
     assert eng.sim_mode == 1
 
 
@@ -325,9 +337,10 @@ def test_draw_requests_get_success(rig, views) -> None:
     b.drawLine(0, 0, 0, 1, 0, 0.5, 1, 0.25, 0.25, 1, False)
     assert b.value("drawPending") is True
     rig.pump(lambda: b.value("drawCount") == 1, "line answered")
-    assert b.value("lastDrawResult").startswith("success ")
+    assert b.value("lastDrawResult").startswith("success ") and b.value("lastDrawResultKind") == ResultKind.OK
     assert b.value("lastRttMs") > 0 and not b.value("drawPending")
     assert qml_child(draw, "lastDrawResult").property("text") == b.value("lastDrawResult")
+    assert colour_of(qml_child(draw, "lastDrawResult")) == GOOD
 
     b.drawArrow(0, 0, 0.5, 0, 0, 1, 0.2, 0.9, 0.3, 1, 1.5, False)
     rig.pump(lambda: b.value("drawCount") == 2, "arrow answered")
@@ -341,6 +354,8 @@ def test_draw_requests_get_success(rig, views) -> None:
 
     b.drawLine(math.nan, 0, 0, 1, 0, 0, 1, 1, 1, 1, False)
     assert b.value("lastDrawResult") == "error: start.x is not a finite number"
+    assert b.value("lastDrawResultKind") == ResultKind.ERROR
+    assert colour_of(qml_child(draw, "lastDrawResult")) == BAD
     assert b.value("drawCount") == 4
 
 
