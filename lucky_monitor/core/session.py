@@ -55,6 +55,7 @@ from ..protocol.messages import (
     SimulationMode,
 )
 from ..transport.discovery import list_segments, pid_alive
+from ..transport.shm import validate_name
 from ..transport.tools import ToolsChannel, tools_owner
 from . import drawing
 from .commands import CommandClient, Reply
@@ -76,6 +77,7 @@ __all__ = [
     "Tick",
     "ToolsState",
     "TrafficStats",
+    "validate_name",
 ]
 
 DRAW_KINDS = ("line", "arrow", "velocity")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from ..protocol.errors import LuckyMonitorError, UsageError
-from ..transport.shm import validate_name
+from ..core.session import validate_name
 
 
 class DisplayError(LuckyMonitorError):

@@ -649,7 +649,7 @@ class MonitorBackend(QObject):
             gpu = "none"
         self._set(
             serverPid=float(h.server_pid),
-            mode=hdr.MODE_NAMES.get(h.mode, str(h.mode)),
+            mode={0: "training (homogeneous envs)", 1: "inference"}.get(h.mode, f"unknown ({h.mode})"),
             numEnvs=h.num_envs,
             obsSize=h.obs_size,
             actSize=h.act_size,

@@ -174,6 +174,7 @@ DarkPane {
             Label {
                 objectName: "lastDrawResult"
                 Layout.fillWidth: true
+                Layout.preferredWidth: 1  // never widen the panel: long results elide
                 text: root.backend.lastDrawResult || "none yet"
                 color: Theme.resultColor(root.backend.lastDrawResultKind)
                 font.bold: true
@@ -183,6 +184,8 @@ DarkPane {
         Label {
             objectName: "drawStats"
             Layout.fillWidth: true
+            Layout.preferredWidth: 1  // never widen the panel: the text wraps instead
+            wrapMode: Text.WordWrap
             text: (root.backend.lastRttMs >= 0 ? "RTT " + root.backend.lastRttMs.toFixed(2) + " ms · " : "")
                   + root.backend.drawCount + (root.backend.drawCount === 1 ? " reply" : " replies")
                   + (root.repeating ? " · repeating " + root.backend.repeatKind + " at " + root.backend.repeatHz + " Hz" : "")

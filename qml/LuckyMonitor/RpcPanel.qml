@@ -17,7 +17,7 @@ DarkPane {
     implicitHeight: 760
 
     function count(v) { return root.backend.attached ? v.toLocaleString(Qt.locale("C"), "f", 0) : "—" }
-    function rate(v) { return root.backend.attached ? v.toFixed(1) : "—" }
+    function rate(v) { return root.backend.attached && v >= 0 ? v.toFixed(1) : "—" }
 
     ScrollView {
         id: scroll
@@ -110,7 +110,7 @@ DarkPane {
 
             Section {
                 title: "Lock-step"
-                Fact { key: "mode"; value: root.backend.mode }
+                Fact { key: "header mode"; value: root.backend.mode }
                 Fact {
                     key: "envs"
                     value: root.backend.attached
