@@ -1,0 +1,299 @@
+"""MonitorSession and its Tick against the reference engine, in-process (no Qt).
+
+Each test steps an in-process engine and the session alternately, the way the
+window's timer interleaves them; regressions of readouts found wrong are named
+after what a user saw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from lucky_monitor.core.monitor import LinkState
+from lucky_monitor.core.session import DisplayOptions, MonitorSession, Tick
+from lucky_monitor.protocol.envelope import Envelope, encode
+from lucky_monitor.protocol.messages import MethodId
+from lucky_monitor.protocol.ring import RingWriter
+from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
+from lucky_monitor.transport.shm import platform_kind, shm_path
+from lucky_monitor.watch import JSON_KEYS, Watcher
+from tests.conftest import unique_segment_name
+
+pytestmark = [pytest.mark.timeout(90),
+              pytest.mark.skipif(platform_kind() != "dir", reason="segments are exercised on Linux")]
+
+
+def config(name: str | None = None, **kw: object) -> EngineConfig:
+    base: dict[str, object] = {"num_envs": 6, "obs_size": 8, "act_size": 2, "image": (16, 12), "sim_mode": 2,
+                               "camera_fps": 0, "cmd_ring_size": 64 * 1024, "tools_ring_size": 16 * 1024}
+    base.update(kw)
+    return EngineConfig(name=name or unique_segment_name("sess"), **base)  # type: ignore[arg-type]
+
+
+def run(session: MonitorSession, engines: list[ReferenceEngine], until, what: str, timeout: float = 20.0) -> Tick:
+    deadline = time.monotonic() + timeout
+    while True:
+        for eng in engines:
+            if not eng.seg.closed:
+                eng.tick()
+        tick = session.step()
+        if until(tick):
+            return tick
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}: {tick.state} {tick.text!r} {tick.reason!r}")
+
+
+@pytest.fixture
+def engines():
+    made: list[ReferenceEngine] = []
+    yield made
+    for eng in made:
+        eng.close()
+
+
+def test_tick_is_one_consistent_snapshot(engines) -> None:
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name)
+    tick = run(s, engines, lambda t: t.image is not None and t.tools.ours, "first image and the tools channel")
+    assert tick.state is LinkState.FREE_RUNNING and tick.attached
+    assert tick.header is not None and tick.header.num_envs == 6
+    assert tick.live is not None and tick.live.frame_seq >= 1 and tick.live.turn == "free-run"
+    assert tick.image.grid.shape[2] == 3 and not tick.image.grid.flags.writeable
+    assert tick.engine_alive is True and tick.trainer_alive is None
+    assert tick.history is not None and tick.history.num_envs == 6
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tick.state = LinkState.STALLED  # type: ignore[misc]
+    # The frame's views equal the engine's arrays and cannot be written through.
+    tick = run(s, engines, lambda t: t.frame is not None, "a frame")
+    np.testing.assert_array_equal(tick.frame.rewards, eng.seg.rewards)
+    with pytest.raises(ValueError):
+        tick.frame.rewards[0] = 1.0
+    s.close()
+
+
+@pytest.mark.parametrize(("second", "channels"), [({"fmt": "rgba"}, 4), ({"fmt": "gray"}, 1), ({"fmt": "bgr"}, 3)])
+def test_engine_recreated_with_another_channel_count_reattaches_in_its_new_geometry(engines, second,
+                                                                                     channels) -> None:
+    # Seen: "engine exited — segment lost: src_format: rgb needs 3 channels, images have 4", forever.
+    first = ReferenceEngine(config())
+    engines.append(first)
+    s = MonitorSession(first.name)
+    t1 = run(s, engines, lambda t: t.image is not None, "images of the first engine")
+    assert t1.header.image_channels == 3
+    first.close()
+    new = ReferenceEngine(config(first.name, **second), exist_ok=True)
+    engines.append(new)
+    t2 = run(s, engines, lambda t: t.header is not None and t.header.session_id == new.header.session_id
+             and t.image is not None and t.image.new, "images of the recreated engine")
+    assert t2.header.image_channels == channels
+    assert t2.state is not LinkState.ENGINE_EXITED and t2.display_error is None
+    assert t2.generation > t1.generation
+    assert t2.image.layout.channels == channels
+    s.close()
+
+
+def test_close_from_inside_a_step_never_raises(engines) -> None:
+    # Seen: Ctrl-C during a tick gave KeyError: 'image_seq'. A signal handler runs
+    # between two bytecodes, here simulated from inside the image copy.
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name)
+    run(s, engines, lambda t: t.image is not None, "first image")
+    sink = s._sink
+
+    def sink_then_close(images: np.ndarray) -> None:
+        sink(images)
+        s.close()
+
+    s._link.image_sink = sink_then_close
+    eng.tick()
+    tick = s.step()  # must not raise
+    assert s.closed
+    assert isinstance(tick, Tick)
+    later = s.step()
+    assert later.header is None or later.live is None
+
+
+def test_counters_results_and_rates_belong_to_one_attach(engines) -> None:
+    # Seen: after the engine died the status bar kept the last frames/s, and after
+    # reattach the dead session's torn counts and command results stayed on screen.
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name)
+    run(s, engines, lambda t: t.tools.ours, "tools channel")
+    s.set_service(99, True)
+    tick = s.step()
+    assert tick.results and tick.results[0].status == "error"
+    tick = run(s, engines, lambda t: t.rates.frames_per_s is not None and t.counters.frames_seen > 20, "rates")
+    eng.close()
+    dead = run(s, [], lambda t: t.state is LinkState.ENGINE_EXITED, "engine exited")
+    assert dead.rates.frames_per_s is None and dead.rates.images_per_s is None
+    assert dead.live is None and dead.image is None and dead.history is None
+    new = ReferenceEngine(config(eng.name), exist_ok=True)
+    engines.append(new)
+    back = run(s, engines, lambda t: t.header is not None and t.header.session_id == new.header.session_id,
+               "reattached")
+    assert back.counters.frames_seen <= 1 and back.counters.frames_skipped == 0
+    assert back.results == ()
+    assert back.reattached == 1 and back.notice and "reattached" in back.notice
+    s.close()
+
+
+def test_unreadable_reply_on_the_tools_ring_is_an_error_result(engines) -> None:
+    # Seen: ring corruption was invisible; a corrupt tools reply must show as an error.
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name)
+    run(s, engines, lambda t: t.tools.ours, "tools channel")
+    h = eng.header
+    writer = RingWriter(eng.seg.buf, h.tools_s2c_offset, h.tools_ring_size)
+    writer._pos[0] = writer._pos[0]  # the engine's own writer shares these words
+    writer.push(b"\x07" * 24)  # not an envelope
+    tick = s.step()
+    errors = [r for r in tick.results if r.kind == "reply"]
+    assert errors and errors[0].status == "error" and "undecodable" in errors[0].text
+    s.close()
+
+
+def test_draw_input_is_checked_by_one_builder_and_reported(engines) -> None:
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name)
+    run(s, engines, lambda t: t.tools.ours, "tools channel")
+    assert s.draw("line", start=(0, 0, float("nan")), end=(1, 1, 1)) is False
+    tick = s.step()
+    assert tick.results[0].kind == "line" and tick.results[0].status == "error"
+    assert s.draw("line", start=(0, 0, 0), end=(1, 1, 1)) is True
+    tick = run(s, engines, lambda t: any(r.kind == "line" for r in t.results), "line answered")
+    line = next(r for r in tick.results if r.kind == "line")
+    assert line.ok and line.rtt_s is not None
+    assert tick.commands.draws_answered == 1
+    s.close()
+
+
+def test_display_options_are_plain_values_applied_at_the_next_step(engines) -> None:
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name)
+    t = run(s, engines, lambda t: t.image is not None, "first image")
+    assert t.image.layout.columns != 1
+    s.set_display(DisplayOptions(columns=1, swap_rb=True))
+    t = s.step()  # no new engine frame needed: the session copies again
+    assert t.image is not None and t.image.new and t.image.layout.columns == 1
+    assert t.image.options.swap_rb
+    fmt, stored = t.image.stored_pixel(0, 0, 0)
+    shown = t.image.grid[0, 0].tolist()
+    assert fmt == "rgb" and list(stored) == shown[::-1]
+    s.close()
+
+
+def test_segment_list_age_is_the_engine_sessions_start(engines) -> None:
+    # Seen: the picker's age was the file's mtime, which every write through the mapping moves.
+    eng = ReferenceEngine(config(unique_segment_name("age")))
+    engines.append(eng)
+    s = MonitorSession(eng.name, prefix="LuckyEngine_age")
+    tick = run(s, engines, lambda t: any(e.name == eng.name for e in t.segments), "listed")
+    entry = next(e for e in tick.segments if e.name == eng.name)
+    assert entry.alive and entry.age_s is not None
+    started = time.time() - entry.age_s
+    # This process is the engine: its start is the session's start, long before any write.
+    assert started <= time.time() - (time.monotonic() - eng_start_monotonic()) + 2.0
+    s.close()
+
+
+def eng_start_monotonic() -> float:
+    with open(f"/proc/{os.getpid()}/stat", encoding="ascii") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime", encoding="ascii") as f:
+        uptime = float(f.read().split()[0])
+    return time.monotonic() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def test_read_only_session_never_claims_the_tools_channel(engines) -> None:
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name, tools=False, images=False)
+    tick = run(s, engines, lambda t: t.rates.images_per_s is not None and t.tools.exported, "image rate")
+    off = eng.header.tools_offset
+    assert int.from_bytes(eng.seg.buf[off : off + 4], "little") == 0
+    assert tick.tools.exported and not tick.tools.ours and tick.tools.owner_pid == 0
+    assert tick.image is None and tick.rates.images_per_s is not None
+    s.close()
+
+
+# ---------------------------------------------------------------------------
+# watch
+# ---------------------------------------------------------------------------
+
+
+def test_watcher_json_lines_carry_every_documented_key(engines) -> None:
+    import io
+
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name, tools=False, images=False)
+    out = io.StringIO()
+    w = Watcher(out, json_lines=True, interval=0.05)
+    deadline = time.monotonic() + 10
+    while out.getvalue().count("\n") < 3 and time.monotonic() < deadline:
+        eng.tick()
+        w.feed(s.step())
+        time.sleep(0.005)
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert lines[0]["event"] == "state" and lines[0]["state"] == "free-running"
+    for rec in lines:
+        assert tuple(rec) == JSON_KEYS
+    summary = next(r for r in lines if r["event"] == "summary")
+    assert summary["num_envs"] == 6 and summary["frame_seq"] >= 1 and summary["engine_alive"] is True
+    s.close()
+
+
+def test_watch_follows_a_kill_and_a_restart_with_another_channel_count(subprocess_env, tmp_path) -> None:
+    name = unique_segment_name("watch")
+    py = [sys.executable, "-m", "lucky_monitor"]
+    env = dict(subprocess_env)
+    sim_a = subprocess.Popen([*py, "sim", "--name", name, "--envs", "4", "--image", "16x16", "--hz", "100"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sim_b = None
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(shm_path(name)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        watch = subprocess.Popen([*py, "watch", name, "--json", "--seconds", "9", "--interval", "0.5"],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2.5)
+        sim_a.send_signal(signal.SIGKILL)
+        sim_a.wait()
+        time.sleep(1.5)
+        sim_b = subprocess.Popen([*py, "sim", "--name", name, "--envs", "4", "--image", "16x16x4", "--format",
+                                  "rgba", "--hz", "100"], env=env, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        out, err = watch.communicate(timeout=30)
+        assert watch.returncode == 0, err
+    finally:
+        for p in (sim_a, sim_b):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                p.wait(timeout=10)
+        if os.path.exists(shm_path(name)):
+            os.unlink(shm_path(name))
+    recs = [json.loads(x) for x in out.splitlines()]
+    states = [r["state"] for r in recs if r["event"] == "state"]
+    assert states[0] == "free-running"
+    assert "engine exited" in states
+    after = states[states.index("engine exited"):]
+    assert "free-running" in after, states
+    sessions = [r["session_id"] for r in recs if r["session_id"]]
+    assert len(set(sessions)) == 2
+    last = [r for r in recs if r["event"] == "summary" and r["session_id"] == sessions[-1]]
+    assert last and last[-1]["frame_seq"] > 10 and last[-1]["frames_per_s"] > 0
