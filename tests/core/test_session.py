@@ -20,8 +20,6 @@ import pytest
 
 from lucky_monitor.core.monitor import LinkState
 from lucky_monitor.core.session import DisplayOptions, MonitorSession, Tick
-from lucky_monitor.protocol.envelope import Envelope, encode
-from lucky_monitor.protocol.messages import MethodId
 from lucky_monitor.protocol.ring import RingWriter
 from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
 from lucky_monitor.transport.shm import platform_kind, shm_path
