@@ -24,6 +24,7 @@ from typing import Any
 
 from . import __version__
 from .protocol import header as hdr
+from .protocol.enums import EngineState, GpuObsMode, Mode, Service, SimMode
 from .protocol.errors import (
     BadMagic,
     HeaderError,
@@ -310,12 +311,12 @@ def _derived(seg: Any) -> dict[str, Any]:
         "client_alive": pid_alive(h.client_pid) if h.client_pid else None,
         "turn": _turn(h.client_pid, gap),
         "frame_gap": gap,
-        "mode_name": hdr.MODE_NAMES.get(h.mode),
-        "sim_mode_name": hdr.SIM_MODES.get(h.sim_mode),
-        "engine_state_name": hdr.ENGINE_STATES.get(h.engine_state),
-        "gpu_obs_mode_name": hdr.GPU_OBS_MODES.get(h.gpu_obs_mode),
-        "services_available_names": hdr.service_names(h.services_available),
-        "services_enabled_names": hdr.service_names(h.services_enabled),
+        "mode_name": _label(Mode, h.mode),
+        "sim_mode_name": _label(SimMode, h.sim_mode),
+        "engine_state_name": _label(EngineState, h.engine_state),
+        "gpu_obs_mode_name": _label(GpuObsMode, h.gpu_obs_mode),
+        "services_available_names": Service.names_in(h.services_available),
+        "services_enabled_names": Service.names_in(h.services_enabled),
         "pixel_format": h.pixel_format if h.has_images else None,
         "bottom_up": h.bottom_up if h.has_images else None,
         "image_bytes_per_env": h.image_bytes_per_env if h.has_images else 0,
@@ -329,6 +330,18 @@ def _derived(seg: Any) -> dict[str, Any]:
     }
 
 
+#: Header fields whose value is one of a protocol vocabulary's members.
+_VOCABULARY: dict[str, type[Mode | SimMode | EngineState | GpuObsMode]] = {
+    "mode": Mode, "sim_mode": SimMode, "engine_state": EngineState, "gpu_obs_mode": GpuObsMode,
+}
+
+
+def _label(vocab: type[Mode | SimMode | EngineState | GpuObsMode], value: int) -> str | None:
+    """The member's label, ``None`` for a value outside the vocabulary."""
+    member = vocab.get(value)
+    return None if member is None else member.label
+
+
 def _fmt_field(name: str, value: Any) -> str:
     if name == "magic":
         return f"0x{value:08X} ('LRBC')" if value == hdr.MAGIC else f"0x{value:08X}"
@@ -337,13 +350,10 @@ def _fmt_field(name: str, value: Any) -> str:
     if name == "gpu_obs_handle":
         return "(all zero)" if set(value) <= {"0"} else value
     if name in ("services_available", "services_enabled"):
-        return f"0x{value:02x} {','.join(hdr.service_names(value)) or '-'}"
-    if name == "mode":
-        return f"{value} ({hdr.MODE_NAMES.get(value, '?')})"
-    if name == "sim_mode":
-        return f"{value} ({hdr.SIM_MODES.get(value, '?')})"
-    if name == "engine_state":
-        return f"{value} ({hdr.ENGINE_STATES.get(value, '?')})"
+        return f"0x{value:02x} {','.join(Service.names_in(value)) or '-'}"
+    vocab = _VOCABULARY.get(name)
+    if vocab is not None:
+        return f"{value} ({_label(vocab, value) or '?'})"
     if name == "segment_size":
         return f"{value} ({_human_size(value)})"
     return str(value)

@@ -51,7 +51,7 @@ from PySide6.QtCore import (
 
 from ..core.commands import CommandClient, Reply
 from ..core.monitor import LinkState, MonitorCore
-from ..protocol import header as hdr
+from ..protocol.enums import EngineState, GpuObsMode, Mode, Service, SimMode
 from ..protocol.errors import LuckyMonitorError, ToolsChannelBusy, ToolsChannelUnavailable
 from ..protocol.messages import (
     Arrow,
@@ -64,7 +64,6 @@ from ..protocol.messages import (
     SetServiceEnabledResp,
     SetSimulationModeReq,
     SetSimulationModeResp,
-    SimulationMode,
     Vec3,
     VelocityCommand,
 )
@@ -308,7 +307,7 @@ class ServiceListModel(_RowModel):
 
     def __init__(self, parent: QObject | None = None) -> None:
         rows = [{"name": n, "bit": i, "available": False, "enabled": False, "pending": False, "lastResult": ""}
-                for i, n in enumerate(hdr.SERVICES)]
+                for i, n in enumerate(Service.labels())]
         super().__init__(rows, parent)
 
 
@@ -524,7 +523,7 @@ class MonitorBackend(QObject):
     @Property("QVariantList", constant=True)
     def simModeNames(self) -> list[str]:
         """``["realtime", "deterministic", "fast"]``: index = ``sim_mode``."""
-        return [hdr.SIM_MODES[i] for i in sorted(hdr.SIM_MODES)]
+        return list(SimMode.labels())
 
     # ------------------------------------------------------------ python API
     def value(self, name: str) -> Any:
@@ -597,7 +596,7 @@ class MonitorBackend(QObject):
     @Slot(int, bool)
     def setServiceEnabled(self, bit: int, enabled: bool) -> None:
         """Ask the engine to enable or disable service ``bit`` (the switch follows the segment)."""
-        if not 0 <= bit < len(hdr.SERVICES):
+        if Service.get(bit) is None:
             return
         if not self._services.row(bit)["available"]:
             self._services.update_row(bit, lastResult="error: service not available")
@@ -612,10 +611,10 @@ class MonitorBackend(QObject):
     @Slot(int)
     def setSimMode(self, mode: int) -> None:
         """Ask the engine for simulation mode ``mode`` (0 realtime, 1 deterministic, 2 fast)."""
-        if mode not in hdr.SIM_MODES:
+        if SimMode.get(mode) is None:
             self._set(simModeResult=f"error: simulation mode {mode} unknown")
             return
-        err = self._send(MethodId.SetSimulationModeReq, SetSimulationModeReq(mode=SimulationMode(mode)),
+        err = self._send(MethodId.SetSimulationModeReq, SetSimulationModeReq(mode=SimMode(mode)),
                          ("sim", mode))
         if err is not None:
             self._set(simModeResult=f"error: {err}")
@@ -730,7 +729,7 @@ class MonitorBackend(QObject):
         if seg is None:
             self._set(**{k: d for k, (g, d) in _FIELDS.items() if g in ("facts", "rates")})
             self._set(toolsAvailable=False, toolsReason="no segment attached")
-            for bit in range(len(hdr.SERVICES)):
+            for bit in range(len(Service)):
                 self._services.update_row(bit, available=False, enabled=False, pending=False)
             return
         h = seg.header
@@ -740,13 +739,13 @@ class MonitorBackend(QObject):
         else:
             image = "none"
         if h.gpu_available:
-            mode = hdr.GPU_OBS_MODES.get(h.gpu_obs_mode, str(h.gpu_obs_mode))
+            mode = GpuObsMode.name_of(h.gpu_obs_mode)
             gpu = f"{mode} · device {h.gpu_device_id} · handle {h.gpu_obs_handle[:6].hex()}…"
         else:
             gpu = "none"
         self._set(
             serverPid=float(h.server_pid),
-            mode=hdr.MODE_NAMES.get(h.mode, str(h.mode)),
+            mode=Mode.name_of(h.mode),
             numEnvs=h.num_envs,
             obsSize=h.obs_size,
             actSize=h.act_size,
@@ -756,7 +755,7 @@ class MonitorBackend(QObject):
             sessionId=f"{h.session_id:016x}",
             segmentSize=bytes_text(h.segment_size or seg.size),
         )
-        for bit in range(len(hdr.SERVICES)):
+        for bit in range(len(Service)):
             self._services.update_row(bit, available=bool(h.services_available >> bit & 1), pending=False)
         if not h.has_tools:
             self._set(toolsAvailable=False, toolsReason="engine exports no tools channel")
@@ -798,7 +797,7 @@ class MonitorBackend(QObject):
         self._set(
             clientPid=float(cpid),
             trainerAlive=bool(cpid) and pid_alive(cpid),
-            engineState=hdr.ENGINE_STATES.get(live.engine_state, str(live.engine_state)),
+            engineState=EngineState.name_of(live.engine_state),
             heartbeatAge="< 0.5 s" if hb_age < 0.5 else f"{hb_age:.1f} s",
             framesPerSec=round(rates.frames_per_s, 1),
             imagesPerSec=round(rates.images_per_s, 1),
@@ -810,10 +809,10 @@ class MonitorBackend(QObject):
             tornImages=float(counters.torn_images),
             tornHot=float(counters.torn_hot),
             framesSkipped=float(counters.frames_skipped),
-            simMode=int(live.sim_mode) if live.sim_mode in hdr.SIM_MODES else 0,
+            simMode=int(live.sim_mode if SimMode.get(live.sim_mode) is not None else SimMode.REALTIME),
         )
         mask = live.services_enabled
-        for bit in range(len(hdr.SERVICES)):
+        for bit in range(len(Service)):
             self._services.update_row(bit, enabled=bool(mask >> bit & 1))
 
     # ------------------------------------------------------------ internals: tools channel

@@ -33,7 +33,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal
 
-from lucky_monitor.core.tiler import SOURCE_FORMATS, FrameMeta, Tiler, TilerError
+from lucky_monitor.core.tiler import FrameMeta, Tiler, TilerError, source_format
 from lucky_monitor.protocol.errors import LuckyMonitorError
 
 __all__ = ["ImageGridError", "ImageGridWidget", "SingleEnvView", "array_to_qimage"]
@@ -401,8 +401,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         n, h, w = images.shape[:3]
         c = images.shape[3] if images.ndim == 4 else 1
         src_format = _meta_field(meta, "src_format", "auto")
-        if src_format not in SOURCE_FORMATS:
-            raise TilerError(f"src_format: {src_format!r}, must be one of {', '.join(SOURCE_FORMATS)}")
+        source_format(src_format)  # raises TilerError for a name that is no format
         t = self.tiler
         if t is None or (t.num_envs, t.height, t.width, t.channels) != (n, h, w, c):
             t = self._configure(n, h, w, c)
