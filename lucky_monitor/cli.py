@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import __version__
+from .core.text import ago_text, bytes_text, ms_text
 from .protocol import header as hdr
 from .protocol.enums import EngineState, GpuObsMode, Mode, Service, SimMode
 from .protocol.errors import (
@@ -193,15 +194,6 @@ def _table(rows: list[tuple[str, str]], indent: str = "") -> str:
     return "\n".join(f"{indent}{k.ljust(width)}  {v}" for k, v in rows)
 
 
-def _human_size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 def _name_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", metavar="NAME",
                    help="segment name, e.g. LuckyEngine_1234 (default: the newest live one)")
@@ -267,29 +259,16 @@ def _cmd_list(args: argparse.Namespace) -> int:
     rows = [head]
     for i in infos:
         if i.error is not None:
-            rows.append((i.name, "-", "-", "-", _human_size(i.size), _ago(now, i.mtime), f"invalid: {i.error}"))
+            rows.append((i.name, "-", "-", "-", bytes_text(i.size), ago_text(now, i.mtime), f"invalid: {i.error}"))
             continue
         server = f"{i.server_pid} {'alive' if i.server_alive else 'dead'}"
         client = "none" if i.client_pid == 0 else f"{i.client_pid} {'alive' if i.client_alive else 'dead'}"
         status = "live" if i.server_alive else "stale (engine gone)"
-        rows.append((i.name, server, client, str(i.num_envs), _human_size(i.size), _ago(now, i.mtime), status))
+        rows.append((i.name, server, client, str(i.num_envs), bytes_text(i.size), ago_text(now, i.mtime), status))
     widths = [max(len(r[c]) for r in rows) for c in range(len(head) - 1)]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
     return 0
-
-
-def _ago(now: float, t: float) -> str:
-    if not t:
-        return "?"
-    d = max(0.0, now - t)
-    if d < 60:
-        return f"{d:.0f} s ago"
-    if d < 3600:
-        return f"{d / 60:.0f} min ago"
-    if d < 86400:
-        return f"{d / 3600:.1f} h ago"
-    return f"{d / 86400:.1f} d ago"
 
 
 # ----------------------------------------------------------------------------- info
@@ -355,7 +334,7 @@ def _fmt_field(name: str, value: Any) -> str:
     if vocab is not None:
         return f"{value} ({_label(vocab, value) or '?'})"
     if name == "segment_size":
-        return f"{value} ({_human_size(value)})"
+        return f"{value} ({bytes_text(value)})"
     return str(value)
 
 
@@ -370,7 +349,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({**fields, "derived": derived})
         return 0
-    print(f"{name}  ({derived['path']}, {_human_size(derived['file_size'])})")
+    print(f"{name}  ({derived['path']}, {bytes_text(derived['file_size'])})")
     print("header:")
     print(_table([(k, _fmt_field(k, v)) for k, v in fields.items()], "  "))
     age = derived["heartbeat_age_s"]
@@ -390,7 +369,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         ("reserved bytes", "zero" if not derived["reserved_nonzero"]
          else "non-zero in " + ", ".join(f"{a}-{b}" for a, b in derived["reserved_nonzero"])),
     ]
-    drows += [(f"region {r['name']}", f"[{r['offset']}, {r['end']})  {_human_size(r['size'])}")
+    drows += [(f"region {r['name']}", f"[{r['offset']}, {r['end']})  {bytes_text(r['size'])}")
               for r in derived["regions"]]
     drows += [(f"ring {k}", f"write_pos {v['write_pos']}  read_pos {v['read_pos']}  used {v['used']}/{v['capacity']}")
               for k, v in derived["rings"].items()]
@@ -736,5 +715,5 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     with Segment.attach(args.name) as seg, ToolsChannel.claim(seg) as channel:
         resp, rtt = CommandClient(channel, timeout_s=args.timeout).request(MethodId.DrawReq, req)
     ok = getattr(resp.payload, "success", False)
-    print(f"{'success' if ok else 'refused'} (round trip {rtt * 1e3:.2f} ms)")
+    print(f"{'success' if ok else 'refused'} (round trip {ms_text(rtt, 2)})")
     return 0 if ok else 1

@@ -51,6 +51,7 @@ from PySide6.QtCore import (
 
 from ..core.commands import CommandClient, Reply
 from ..core.monitor import LinkState, MonitorCore
+from ..core.text import DASH, age_text, bytes_text, ms_text
 from ..protocol.enums import EngineState, GpuObsMode, Mode, Service, SimMode
 from ..protocol.errors import LuckyMonitorError, ToolsChannelBusy, ToolsChannelUnavailable
 from ..protocol.messages import (
@@ -118,52 +119,6 @@ def state_color(state: LinkState) -> str:
         ``#rrggbb``.
     """
     return STATE_COLORS.get(state, GREY)
-
-
-def bytes_text(n: int) -> str:
-    """``n`` bytes in binary units: ``"64 B"``, ``"512 KiB"``, ``"1.3 MiB"``.
-
-    Parameters
-    ----------
-    n : int
-
-    Returns
-    -------
-    str
-    """
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            if unit == "B" or value == int(value):
-                return f"{int(value)} {unit}"
-            return f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def age_text(seconds: float) -> str:
-    """A coarse age: ``"12 s"``, ``"3 min"``, ``"5 h"``, ``"2 d"`` (negative counts as 0).
-
-    Parameters
-    ----------
-    seconds : float
-
-    Returns
-    -------
-    str
-    """
-    s = max(0.0, seconds)
-    if s < 60:
-        return f"{int(s)} s"
-    if s < 3600:
-        return f"{int(s // 60)} min"
-    if s < 86400:
-        return f"{int(s // 3600)} h"
-    return f"{int(s // 86400)} d"
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f} ms"
 
 
 # ---------------------------------------------------------------------------
@@ -315,7 +270,7 @@ class ServiceListModel(_RowModel):
 # The backend
 # ---------------------------------------------------------------------------
 
-_DASH = "—"
+_DASH = DASH
 
 #: property -> (group, default). A group shares one change signal "<group>Changed".
 _FIELDS: dict[str, tuple[str, Any]] = {
@@ -889,13 +844,13 @@ class MonitorBackend(QObject):
         payload = r.response.payload if r.response is not None else None
         if kind in _DRAW_KINDS or kind == "clear":
             if isinstance(payload, DrawResp) and not payload.success:
-                return f"failed (engine: success = false) {_ms(r.rtt_s)}"
-            return f"success {_ms(r.rtt_s)}"
+                return f"failed (engine: success = false) {ms_text(r.rtt_s)}"
+            return f"success {ms_text(r.rtt_s)}"
         if kind == "service" and not isinstance(payload, SetServiceEnabledResp):
             return f"error: unexpected reply {type(payload).__name__}"
         if kind == "sim" and not isinstance(payload, SetSimulationModeResp):
             return f"error: unexpected reply {type(payload).__name__}"
-        return f"ok {_ms(r.rtt_s)}"
+        return f"ok {ms_text(r.rtt_s)}"
 
     def _finish(self, kind: str, detail: int, text: str, reply: Reply | None) -> None:
         if kind == "service":
