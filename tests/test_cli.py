@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -156,6 +157,7 @@ def test_check_all_pass(healthy, capsys) -> None:
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is True and data["error"] is None
     names = [r["rule"] for r in data["rules"]]
+    assert all(r["ids"] and all(re.fullmatch(r"C\d+", i) for i in r["ids"]) for r in data["rules"])
     for rule in ("magic", "version", "layout signature", "bound num_envs", "region obs", "regions do not overlap",
                  "reserved bytes zero", "segment_size matches the file", "server pid alive",
                  "client pid alive or 0", "lock-step gap", "heartbeat fresh", "image_seq even",
