@@ -476,16 +476,18 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     from .transport.shm import Segment
     from .transport.tools import ToolsChannel
 
+    # Text is parsed and range-checked under the option's name; the builder applies the same rules.
     if args.kind == "line":
         req = d.line_request(d.parse_numbers(args.start, 3, "--from"), d.parse_numbers(args.end, 3, "--to"),
                              d.parse_color(args.color), args.clear)
     elif args.kind == "arrow":
         req = d.arrow_request(d.parse_numbers(args.origin, 3, "--origin"),
                               d.parse_numbers(args.direction, 3, "--direction"), d.parse_color(args.color),
-                              args.scale, args.clear)
+                              d.scale_value(args.scale, "--scale"), args.clear)
     elif args.kind == "velocity":
         vx, vy, wz = d.parse_numbers(args.vel, 3, "--vel")
-        req = d.velocity_request(d.parse_numbers(args.origin, 3, "--origin"), vx, vy, wz, args.scale, args.clear)
+        req = d.velocity_request(d.parse_numbers(args.origin, 3, "--origin"), vx, vy, wz,
+                                 d.scale_value(args.scale, "--scale"), args.clear)
     else:
         req = d.clear_request()
     with Segment.attach(args.name) as seg, ToolsChannel.claim(seg) as channel:
