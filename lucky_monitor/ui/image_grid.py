@@ -34,6 +34,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal
 
 from lucky_monitor.core.tiler import FrameMeta, Tiler, TilerError, source_format
+from lucky_monitor.protocol.enums import ImageFormat
 from lucky_monitor.protocol.errors import LuckyMonitorError
 
 __all__ = ["ImageGridError", "ImageGridWidget", "SingleEnvView", "array_to_qimage"]
@@ -577,7 +578,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         env, px, py = hit
         x0, y0 = t.tile_origin(env)
         pixel = t.grid[y0 + py, x0 + px].tolist()
-        kind = "rgba" if len(pixel) == 4 else "rgb"
+        kind = (ImageFormat.RGBA if len(pixel) == 4 else ImageFormat.RGB).label
         return f"env {env}  x {px} y {py}  {kind}({', '.join(str(v) for v in pixel)})"
 
     def _set_hover_text(self, text: str) -> None:
