@@ -24,20 +24,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import __version__
+from .core.conformance import FAIL, NA, PASS, SKIPPED, heartbeat_age, run_check
+from .core.conformance import RuleResult as RuleResult  # re-exported: run_check's result type
+from .core.text import ago_text, bytes_text, ms_text
 from .protocol import header as hdr
+from .protocol.enums import EngineState, GpuObsMode, Mode, Service, SimMode
 from .protocol.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
-    BadMagic,
-    HeaderError,
-    IncompatibleLayout,
     LuckyMonitorError,
-    RegionError,
     SegmentNotFound,
-    TruncatedSegment,
-    UnsupportedVersion,
     UsageError,
 )
 from .protocol.header import HEADER_SIZE, Header, Region
@@ -192,15 +190,6 @@ def _table(rows: list[tuple[str, str]], indent: str = "") -> str:
     return "\n".join(f"{indent}{k.ljust(width)}  {v}" for k, v in rows)
 
 
-def _human_size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 def _name_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", metavar="NAME",
                    help="segment name, e.g. LuckyEngine_1234 (default: the newest live one)")
@@ -216,17 +205,6 @@ def _resolve(name: str | None) -> str:
     if info is None:
         raise SegmentNotFound(f"no live {DEFAULT_PREFIX}* segment; give a NAME")
     return info.name
-
-
-def _heartbeat_age(heartbeat_ns: int) -> float | None:
-    """Seconds since the engine's last heartbeat, where the clocks are comparable.
-
-    The engine writes CLOCK_MONOTONIC, which is what ``time.monotonic_ns`` reads
-    on Linux; elsewhere the clocks differ and the age is not measurable.
-    """
-    if not heartbeat_ns or not sys.platform.startswith("linux"):
-        return None
-    return (time.monotonic_ns() - heartbeat_ns) / 1e9
 
 
 def _turn(client_pid: int, gap: int) -> str:
@@ -266,29 +244,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
     rows = [head]
     for i in infos:
         if i.error is not None:
-            rows.append((i.name, "-", "-", "-", _human_size(i.size), _ago(now, i.mtime), f"invalid: {i.error}"))
+            rows.append((i.name, "-", "-", "-", bytes_text(i.size), ago_text(now, i.mtime), f"invalid: {i.error}"))
             continue
         server = f"{i.server_pid} {'alive' if i.server_alive else 'dead'}"
         client = "none" if i.client_pid == 0 else f"{i.client_pid} {'alive' if i.client_alive else 'dead'}"
         status = "live" if i.server_alive else "stale (engine gone)"
-        rows.append((i.name, server, client, str(i.num_envs), _human_size(i.size), _ago(now, i.started or 0.0), status))
+        rows.append((i.name, server, client, str(i.num_envs), bytes_text(i.size), ago_text(now, i.started or 0.0),
+                     status))
     widths = [max(len(r[c]) for r in rows) for c in range(len(head) - 1)]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
     return 0
-
-
-def _ago(now: float, t: float) -> str:
-    if not t:
-        return "?"
-    d = max(0.0, now - t)
-    if d < 60:
-        return f"{d:.0f} s ago"
-    if d < 3600:
-        return f"{d / 60:.0f} min ago"
-    if d < 86400:
-        return f"{d / 3600:.1f} h ago"
-    return f"{d / 86400:.1f} d ago"
 
 
 # ----------------------------------------------------------------------------- info
@@ -310,16 +276,16 @@ def _derived(seg: Any) -> dict[str, Any]:
         "client_alive": pid_alive(h.client_pid) if h.client_pid else None,
         "turn": _turn(h.client_pid, gap),
         "frame_gap": gap,
-        "mode_name": hdr.MODE_NAMES.get(h.mode),
-        "sim_mode_name": hdr.SIM_MODES.get(h.sim_mode),
-        "engine_state_name": hdr.ENGINE_STATES.get(h.engine_state),
-        "gpu_obs_mode_name": hdr.GPU_OBS_MODES.get(h.gpu_obs_mode),
-        "services_available_names": hdr.service_names(h.services_available),
-        "services_enabled_names": hdr.service_names(h.services_enabled),
+        "mode_name": _label(Mode, h.mode),
+        "sim_mode_name": _label(SimMode, h.sim_mode),
+        "engine_state_name": _label(EngineState, h.engine_state),
+        "gpu_obs_mode_name": _label(GpuObsMode, h.gpu_obs_mode),
+        "services_available_names": Service.names_in(h.services_available),
+        "services_enabled_names": Service.names_in(h.services_enabled),
         "pixel_format": h.pixel_format if h.has_images else None,
         "bottom_up": h.bottom_up if h.has_images else None,
         "image_bytes_per_env": h.image_bytes_per_env if h.has_images else 0,
-        "heartbeat_age_s": _heartbeat_age(h.heartbeat_ns),
+        "heartbeat_age_s": heartbeat_age(h.heartbeat_ns),
         "session_id_hex": f"{h.session_id:016x}",
         "reserved_nonzero": [list(r) for r in hdr.is_zero_reserved(seg.buf[:HEADER_SIZE])],
         "tools_owner_pid": owner,
@@ -327,6 +293,18 @@ def _derived(seg: Any) -> dict[str, Any]:
         "regions": [_region_dict(r) for r in sorted(h.regions(), key=lambda r: r.offset)],
         "rings": rings,
     }
+
+
+#: Header fields whose value is one of a protocol vocabulary's members.
+_VOCABULARY: dict[str, type[Mode | SimMode | EngineState | GpuObsMode]] = {
+    "mode": Mode, "sim_mode": SimMode, "engine_state": EngineState, "gpu_obs_mode": GpuObsMode,
+}
+
+
+def _label(vocab: type[Mode | SimMode | EngineState | GpuObsMode], value: int) -> str | None:
+    """The member's label, ``None`` for a value outside the vocabulary."""
+    member = vocab.get(value)
+    return None if member is None else member.label
 
 
 def _fmt_field(name: str, value: Any) -> str:
@@ -337,15 +315,12 @@ def _fmt_field(name: str, value: Any) -> str:
     if name == "gpu_obs_handle":
         return "(all zero)" if set(value) <= {"0"} else value
     if name in ("services_available", "services_enabled"):
-        return f"0x{value:02x} {','.join(hdr.service_names(value)) or '-'}"
-    if name == "mode":
-        return f"{value} ({hdr.MODE_NAMES.get(value, '?')})"
-    if name == "sim_mode":
-        return f"{value} ({hdr.SIM_MODES.get(value, '?')})"
-    if name == "engine_state":
-        return f"{value} ({hdr.ENGINE_STATES.get(value, '?')})"
+        return f"0x{value:02x} {','.join(Service.names_in(value)) or '-'}"
+    vocab = _VOCABULARY.get(name)
+    if vocab is not None:
+        return f"{value} ({_label(vocab, value) or '?'})"
     if name == "segment_size":
-        return f"{value} ({_human_size(value)})"
+        return f"{value} ({bytes_text(value)})"
     return str(value)
 
 
@@ -360,7 +335,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({**fields, "derived": derived})
         return 0
-    print(f"{name}  ({derived['path']}, {_human_size(derived['file_size'])})")
+    print(f"{name}  ({derived['path']}, {bytes_text(derived['file_size'])})")
     print("header:")
     print(_table([(k, _fmt_field(k, v)) for k, v in fields.items()], "  "))
     age = derived["heartbeat_age_s"]
@@ -380,7 +355,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         ("reserved bytes", "zero" if not derived["reserved_nonzero"]
          else "non-zero in " + ", ".join(f"{a}-{b}" for a, b in derived["reserved_nonzero"])),
     ]
-    drows += [(f"region {r['name']}", f"[{r['offset']}, {r['end']})  {_human_size(r['size'])}")
+    drows += [(f"region {r['name']}", f"[{r['offset']}, {r['end']})  {bytes_text(r['size'])}")
               for r in derived["regions"]]
     drows += [(f"ring {k}", f"write_pos {v['write_pos']}  read_pos {v['read_pos']}  used {v['used']}/{v['capacity']}")
               for k, v in derived["rings"].items()]
@@ -390,217 +365,6 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- check
-
-PASS, FAIL, SKIPPED, NA = "pass", "fail", "skipped", "n/a"
-
-
-@dataclass
-class RuleResult:
-    """One conformance rule's outcome."""
-
-    rule: str
-    status: str
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class _VRule:
-    """A rule that :func:`~lucky_monitor.protocol.header.validate` enforces."""
-
-    rule: str
-    matches: Callable[[HeaderError], bool]
-    detail: str
-    applicable: bool = True
-
-
-def _inside(r: Region, limit: int) -> bool:
-    return r.offset % hdr.REGION_ALIGN == 0 and r.offset >= HEADER_SIZE and r.end <= limit
-
-
-def _validation_rules(h: Header, file_size: int) -> list[_VRule]:
-    """validate()'s rules in the order it applies them; each recognises its own error."""
-    imgs, tools = h.image_offset != 0, h.tools_offset != 0
-    limit = h.segment_size or file_size
-    rules = [
-        _VRule("magic", lambda e: isinstance(e, BadMagic), f"0x{h.magic:08X}"),
-        _VRule("version", lambda e: isinstance(e, UnsupportedVersion), f"{h.version}"),
-        _VRule("layout signature", lambda e: isinstance(e, IncompatibleLayout),
-               "LRBC v1 (mode byte and zero padding at 16-19, offsets past the header)"),
-    ]
-
-    def bound(field: str, detail: str, applicable: bool = True) -> None:
-        rules.append(_VRule(f"bound {field}", lambda e: type(e) is HeaderError and e.field == field,
-                            detail, applicable))
-
-    bound("num_envs", f"{h.num_envs} in 1..{hdr.MAX_ENVS}")
-    bound("obs_size", f"{h.obs_size} in 0..{hdr.MAX_VEC}")
-    bound("act_size", f"{h.act_size} in 0..{hdr.MAX_VEC}")
-    bound("cmd_ring_size", f"{h.cmd_ring_size}, a power of two in {hdr.MIN_RING}..{hdr.MAX_RING}")
-    bound("image_width", f"{h.image_width} in 1..{hdr.MAX_IMAGE_SIDE}", imgs)
-    bound("image_height", f"{h.image_height} in 1..{hdr.MAX_IMAGE_SIDE}", imgs)
-    bound("image_channels", f"{h.image_channels} in (1, 3, 4)", imgs)
-    bound("image_format", f"{h.image_format} matches image_channels", imgs)
-    bound("mode", f"{h.mode}")
-    bound("gpu_obs_mode", f"{h.gpu_obs_mode}")
-    bound("sim_mode", f"{h.sim_mode}")
-    bound("engine_state", f"{h.engine_state}")
-    rules.append(_VRule(
-        "tools_offset alignment",
-        lambda e: isinstance(e, RegionError) and e.field == "tools_offset" and h.tools_offset % hdr.TOOLS_ALIGN != 0,
-        f"{h.tools_offset} is a multiple of {hdr.TOOLS_ALIGN}", tools))
-    bound("tools_ring_size", f"{h.tools_ring_size}, a power of two in {hdr.MIN_RING}..{hdr.MAX_RING}", tools)
-    rules.append(_VRule("segment_size within the file", lambda e: isinstance(e, TruncatedSegment),
-                        f"{h.segment_size} <= {file_size}" if h.segment_size else "not set: regions checked "
-                        f"against the file size {file_size}"))
-    for r in h.regions():
-        rules.append(_VRule(
-            f"region {r.name.removesuffix('_offset')}",
-            lambda e, r=r: isinstance(e, RegionError) and e.field == r.name and not _inside(r, limit),
-            f"[{r.offset}, {r.end}) 64-byte aligned, after the header, inside {limit}"))
-    rules.append(_VRule("regions do not overlap", lambda e: isinstance(e, RegionError), "no two regions overlap"))
-    return rules
-
-
-def _consistent_gap(seg: Any) -> tuple[int, int, int]:
-    """(client_pid, frame_seq, action_seq) read so that frame_seq did not move in between."""
-    c = seg.counter
-    f = c("frame_seq")
-    for _ in range(100):
-        a = c("action_seq")
-        f2 = c("frame_seq")
-        if f2 == f:
-            break
-        f = f2
-    return c("client_pid"), f, a
-
-
-def _live_rules(seg: Any, raw: bytes, file_size: int, *, image_wait_s: float) -> list[RuleResult]:
-    from .transport.discovery import pid_alive
-    from .transport.tools import tools_owner
-
-    h: Header = seg.header
-    out: list[RuleResult] = []
-    bad = hdr.is_zero_reserved(raw)
-    out.append(RuleResult("reserved bytes zero", FAIL if bad else PASS,
-                          ("non-zero bytes in " + ", ".join(f"{a}-{b}" for a, b in bad)) if bad
-                          else "pads and reserved areas are zero"))
-    if not h.segment_size:
-        out.append(RuleResult("segment_size matches the file", NA, "segment_size not set (no extension block)"))
-    else:
-        ok = h.segment_size == file_size
-        out.append(RuleResult("segment_size matches the file", PASS if ok else FAIL,
-                              f"segment_size {h.segment_size}, file {file_size} bytes"))
-    alive = pid_alive(h.server_pid)
-    out.append(RuleResult("server pid alive", PASS if alive else FAIL,
-                          f"pid {h.server_pid} {'alive' if alive else 'is not running'}"))
-    client, f, a = _consistent_gap(seg)
-    if client == 0:
-        out.append(RuleResult("client pid alive or 0", PASS, "no trainer attached"))
-    else:
-        ok = pid_alive(client)
-        out.append(RuleResult("client pid alive or 0", PASS if ok else FAIL,
-                              f"pid {client} {'alive' if ok else 'is not running'}"))
-    gap = f - a
-    if client == 0:
-        out.append(RuleResult("lock-step gap", PASS, f"free-run (no trainer): frame_seq {f}, action_seq {a}"))
-    else:
-        ok = gap in (0, 1)
-        out.append(RuleResult("lock-step gap", PASS if ok else FAIL,
-                              f"frame_seq {f} - action_seq {a} = {gap}"
-                              + ("" if ok else ", must be 0 (engine's turn) or 1 (trainer's turn)")))
-    hb = seg.counter("heartbeat_ns")
-    age = _heartbeat_age(hb)
-    if not hb:
-        out.append(RuleResult("heartbeat fresh", NA, "heartbeat_ns not set (no extension block)"))
-    elif age is None:
-        out.append(RuleResult("heartbeat fresh", NA, "engine clock not comparable on this platform"))
-    else:
-        ok = age < 1.0
-        out.append(RuleResult("heartbeat fresh", PASS if ok else FAIL, f"last beat {age:.3f} s ago (limit 1 s)"))
-    if not h.image_offset:
-        out.append(RuleResult("image_seq even", NA, "no image region"))
-    else:
-        deadline = time.monotonic() + image_wait_s
-        s = seg.counter("image_seq")
-        while s & 1 and time.monotonic() < deadline:
-            time.sleep(0.001)
-            s = seg.counter("image_seq")
-        out.append(RuleResult("image_seq even", FAIL if s & 1 else PASS,
-                              f"image_seq {s}" + (f" stayed odd for {image_wait_s:g} s" if s & 1 else "")))
-    for name, p in seg.ring_positions().items():
-        problems = []
-        if p.used > p.capacity:
-            problems.append(f"used {p.used} > capacity {p.capacity}")
-        if p.write_pos % 8 or p.read_pos % 8:
-            problems.append("positions not multiples of 8")
-        out.append(RuleResult(f"ring {name} positions", FAIL if problems else PASS,
-                              f"write_pos {p.write_pos}, read_pos {p.read_pos}, used {p.used}/{p.capacity}"
-                              + (": " + "; ".join(problems) if problems else "")))
-    if not h.tools_offset:
-        out.append(RuleResult("tools owner 0 or alive", NA, "no tools channel"))
-    else:
-        owner = tools_owner(seg)
-        ok = owner == 0 or pid_alive(owner)
-        out.append(RuleResult("tools owner 0 or alive", PASS if ok else FAIL,
-                              "free" if owner == 0 else f"pid {owner} {'alive' if ok else 'is not running'}"))
-    return out
-
-
-def _live_rule_names(h: Header) -> list[str]:
-    rings = ["cmd_s2c", "cmd_c2s"] + (["tools_c2s", "tools_s2c"] if h.tools_offset else [])
-    return ["reserved bytes zero", "segment_size matches the file", "server pid alive", "client pid alive or 0",
-            "lock-step gap", "heartbeat fresh", "image_seq even", *(f"ring {r} positions" for r in rings),
-            "tools owner 0 or alive"]
-
-
-def run_check(name: str, *, image_wait_s: float = 0.25) -> tuple[list[RuleResult], HeaderError | None]:
-    """Evaluate every conformance rule on segment ``name``.
-
-    Returns
-    -------
-    results : list of RuleResult
-        In order; after a failed header rule every later rule is ``skipped``.
-    header_error : HeaderError or None
-        The validation error, if the header is invalid.
-
-    Raises
-    ------
-    InvalidSegmentName, SegmentNotFound, TransportError
-        The segment cannot be opened at all.
-    """
-    from .transport.shm import Segment, peek_header
-
-    try:
-        raw, size, _ = peek_header(name)
-    except TruncatedSegment as exc:
-        res = [RuleResult("file holds a header", FAIL, str(exc))]
-        blank = Header.unpack(bytes(HEADER_SIZE))
-        res += [RuleResult(r.rule, SKIPPED) for r in _validation_rules(blank, 0)]
-        res += [RuleResult(n, SKIPPED) for n in _live_rule_names(blank)]
-        return res, exc
-    res = [RuleResult("file holds a header", PASS, f"{size} bytes >= {HEADER_SIZE}")]
-    h = Header.unpack(raw)
-    rules = _validation_rules(h, size)
-    try:
-        hdr.validate(raw, mapped_size=size)
-    except HeaderError as exc:
-        idx = next((i for i, r in enumerate(rules) if r.applicable and r.matches(exc)), None)
-        for i, r in enumerate(rules):
-            if idx is None or i > idx:
-                res.append(RuleResult(r.rule, SKIPPED))
-            elif i == idx:
-                res.append(RuleResult(r.rule, FAIL, str(exc)))
-            else:
-                res.append(RuleResult(r.rule, PASS if r.applicable else NA, r.detail if r.applicable else ""))
-        if idx is None:
-            res.append(RuleResult("header validation", FAIL, str(exc)))
-        res += [RuleResult(n, SKIPPED) for n in _live_rule_names(h)]
-        return res, exc
-    res += [RuleResult(r.rule, PASS if r.applicable else NA, r.detail if r.applicable else "") for r in rules]
-    with Segment.attach(name) as seg:
-        res += _live_rules(seg, raw, size, image_wait_s=image_wait_s)
-    return res, None
-
 
 def _check_args(p: argparse.ArgumentParser) -> None:
     p.epilog = ("exit status: 0 every rule passes; 1 a rule fails; 2 the segment cannot be opened; "
@@ -621,9 +385,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
                      "counts": counts, "rules": [dataclasses.asdict(r) for r in results]})
     else:
         width = max(len(r.rule) for r in results)
+        id_width = max(len(" ".join(r.ids)) for r in results)
         print(f"check {name}")
         for r in results:
-            print(f"  {r.status.upper():<8} {r.rule.ljust(width)}  {r.detail}".rstrip())
+            ids = " ".join(r.ids).ljust(id_width)
+            print(f"  {r.status.upper():<8} {r.rule.ljust(width)}  {ids}  {r.detail}".rstrip())
         print(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIPPED]} skipped, {counts[NA]} n/a")
     if err is not None:
         _error(str(err))
@@ -713,16 +479,18 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     from .transport.shm import Segment
     from .transport.tools import ToolsChannel
 
+    # Text is parsed and range-checked under the option's name; the builder applies the same rules.
     if args.kind == "line":
         req = d.line_request(d.parse_numbers(args.start, 3, "--from"), d.parse_numbers(args.end, 3, "--to"),
                              d.parse_color(args.color), args.clear)
     elif args.kind == "arrow":
         req = d.arrow_request(d.parse_numbers(args.origin, 3, "--origin"),
                               d.parse_numbers(args.direction, 3, "--direction"), d.parse_color(args.color),
-                              args.scale, args.clear)
+                              d.scale_value(args.scale, "--scale"), args.clear)
     elif args.kind == "velocity":
         vx, vy, wz = d.parse_numbers(args.vel, 3, "--vel")
-        req = d.velocity_request(d.parse_numbers(args.origin, 3, "--origin"), vx, vy, wz, args.scale, args.clear)
+        req = d.velocity_request(d.parse_numbers(args.origin, 3, "--origin"), vx, vy, wz,
+                                 d.scale_value(args.scale, "--scale"), args.clear)
     else:
         req = d.clear_request()
     try:  # a value the wire cannot carry is the caller's to fix, found before anything is attached
@@ -732,7 +500,7 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     with Segment.attach(args.name) as seg, ToolsChannel.claim(seg) as channel:
         resp, rtt = CommandClient(channel, timeout_s=args.timeout).request(MethodId.DrawReq, req)
     ok = getattr(resp.payload, "success", False)
-    print(f"{'success' if ok else 'refused'} (round trip {rtt * 1e3:.2f} ms)")
+    print(f"{'success' if ok else 'refused'} (round trip {ms_text(rtt, 2)})")
     return EXIT_OK if ok else EXIT_FAILED
 
 

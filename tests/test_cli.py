@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -156,6 +157,7 @@ def test_check_all_pass(healthy, capsys) -> None:
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is True and data["error"] is None
     names = [r["rule"] for r in data["rules"]]
+    assert all(r["ids"] and all(re.fullmatch(r"C\d+", i) for i in r["ids"]) for r in data["rules"])
     for rule in ("magic", "version", "layout signature", "bound num_envs", "region obs", "regions do not overlap",
                  "reserved bytes zero", "segment_size matches the file", "server pid alive",
                  "client pid alive or 0", "lock-step gap", "heartbeat fresh", "image_seq even",
@@ -321,3 +323,19 @@ def test_subprocess_check_pass(healthy, subprocess_env) -> None:
     res = _run(["check", healthy.name], subprocess_env)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stderr == ""
+
+
+# ----------------------------------------------------------------------------- draw input
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["line", "--from", "1e308,0,0", "--to", "0,0,0"], "--from: 1e+308 is outside the float32 range"),
+    (["line", "--from", "0,0,0", "--to", "0,0,0", "--color", "1,0"],
+     "--color: expected 3 or 4 numbers (r,g,b[,a]), got '1,0'"),
+    (["line", "--from", "0,0,0", "--to", "0,0,0", "--color", "1.5,0,0"], "--color.r: 1.5 is outside 0..1"),
+    (["arrow", "--origin", "0,0,0", "--direction", "1,0,0", "--scale", "0"], "--scale: 0, must be greater than 0"),
+    (["velocity", "--vel", "1,0,nan"], "--vel: nan is not a finite number"),
+])
+def test_draw_input_is_refused_before_any_segment_is_opened(argv: list[str], message: str, capsys) -> None:
+    assert main(["draw", "no_such_segment_for_draw", *argv]) == 2
+    assert message in one_error_line(capsys.readouterr().err)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..protocol.enums import EngineState
 from ..protocol.errors import HeaderError, LuckyMonitorError
 from ..protocol.header import Header
 from ..protocol.seqlock import hot_read, seqlock_read
@@ -452,13 +453,13 @@ class MonitorCore:
                   engine_state: int) -> None:
         hb_age = now - att.heartbeat_changed_at
         idle = now - att.frame_changed_at
-        if engine_state == 3:
+        if engine_state == EngineState.CLOSING:
             self._set(LinkState.CLOSING, "engine closing")
         elif hb_age > self.stall_after:
             self._set(LinkState.STALLED, f"stalled for {hb_age:.0f} s", "no heartbeat from the engine")
-        elif engine_state == 0:
+        elif engine_state == EngineState.INITIALISING:
             self._set(LinkState.INITIALISING, "engine initialising")
-        elif engine_state == 2:
+        elif engine_state == EngineState.PAUSED:
             self._set(LinkState.PAUSED, "engine paused (not playing)")
         elif client_pid == 0:
             text = "free-running, no trainer" if idle < self.stall_after else f"free-running, no frame for {idle:.0f} s"

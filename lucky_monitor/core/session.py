@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ..protocol import header as hdr
+from ..protocol.enums import ImageFormat, Service, SimMode
 from ..protocol.errors import LuckyMonitorError, ToolsChannelBusy, ToolsChannelUnavailable
 from ..protocol.header import Header
 from ..protocol.messages import (
@@ -52,7 +52,6 @@ from ..protocol.messages import (
     SetServiceEnabledResp,
     SetSimulationModeReq,
     SetSimulationModeResp,
-    SimulationMode,
 )
 from ..transport.discovery import list_segments, pid_alive
 from ..transport.shm import validate_name
@@ -61,6 +60,7 @@ from . import drawing
 from .commands import CommandClient, Reply
 from .history import History
 from .monitor import Counters, LinkState, MonitorCore, Rates
+from .text import ms_text
 from .tiler import Tiler, TilerError
 from .traffic import TapStats, TrafficEntry, TrafficLog
 
@@ -170,15 +170,15 @@ class ImageFrame:
         t = self.layout
         x0, y0 = t.tile_origin(env)
         px = tuple(int(v) for v in self.grid[y0 + y, x0 + x])
-        fmt = self.src_format
-        if fmt == "gray":
-            return fmt, (px[0],)
+        fmt = ImageFormat.from_label(self.src_format)
+        if fmt is ImageFormat.GRAY:
+            return fmt.label, (px[0],)
         rgb = (px[2], px[1], px[0]) if self.options.swap_rb else px[:3]
-        if fmt in ("bgr", "bgra"):
+        if fmt.blue_first:
             rgb = (rgb[2], rgb[1], rgb[0])
-        if fmt in ("rgba", "bgra") and len(px) == 4:
-            return fmt, (*rgb, px[3])
-        return (fmt[:3] if len(px) < 4 else fmt), rgb
+        if fmt.has_alpha and len(px) == 4:
+            return fmt.label, (*rgb, px[3])
+        return fmt.label[:3], rgb
 
 
 @dataclass(frozen=True, slots=True)
@@ -592,7 +592,7 @@ class MonitorSession:
 
     def set_service(self, bit: int, enabled: bool) -> None:
         """Ask the engine to enable or disable service ``bit``."""
-        if not 0 <= bit < len(hdr.SERVICES):
+        if Service.get(bit) is None:
             self._results.append(CommandResult("service", bit, "error", f"error: no service bit {bit}"))
             return
         h = self._header
@@ -604,10 +604,10 @@ class MonitorSession:
 
     def set_sim_mode(self, mode: int) -> None:
         """Ask the engine for simulation mode ``mode`` (0 realtime, 1 deterministic, 2 fast)."""
-        if mode not in hdr.SIM_MODES:
+        if SimMode.get(mode) is None:
             self._results.append(CommandResult("sim", mode, "error", f"error: simulation mode {mode} unknown"))
             return
-        self._send("sim", mode, MethodId.SetSimulationModeReq, SetSimulationModeReq(mode=SimulationMode(mode)))
+        self._send("sim", mode, MethodId.SetSimulationModeReq, SetSimulationModeReq(mode=SimMode(mode)))
 
     def draw(self, kind: str, **values: Any) -> bool:
         """Send a debug draw built by :mod:`~lucky_monitor.core.drawing`; return whether it was sent.
@@ -916,10 +916,6 @@ def _age_bucket(age: float | None) -> int:
     return int(age) if age < 60 else int(age // 60) * 60
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f} ms"
-
-
 def _result(kind: str, target: int, r: Reply) -> CommandResult:
     if r.error is not None:
         return CommandResult(kind, target, "error", f"error: {r.error}", r.rtt_s if r.response else None,
@@ -927,16 +923,16 @@ def _result(kind: str, target: int, r: Reply) -> CommandResult:
     payload = r.response.payload if r.response is not None else None
     if kind in (*DRAW_KINDS, "clear"):
         if isinstance(payload, DrawResp) and not payload.success:
-            return CommandResult(kind, target, "error", f"failed (engine: success = false) {_ms(r.rtt_s)}",
+            return CommandResult(kind, target, "error", f"failed (engine: success = false) {ms_text(r.rtt_s)}",
                                  r.rtt_s, r.correlation_id)
-        return CommandResult(kind, target, "ok", f"success {_ms(r.rtt_s)}", r.rtt_s, r.correlation_id)
+        return CommandResult(kind, target, "ok", f"success {ms_text(r.rtt_s)}", r.rtt_s, r.correlation_id)
     if kind == "service" and not isinstance(payload, SetServiceEnabledResp):
         return CommandResult(kind, target, "error", f"error: unexpected reply {type(payload).__name__}", r.rtt_s,
                              r.correlation_id)
     if kind == "sim" and not isinstance(payload, SetSimulationModeResp):
         return CommandResult(kind, target, "error", f"error: unexpected reply {type(payload).__name__}", r.rtt_s,
                              r.correlation_id)
-    return CommandResult(kind, target, "ok", f"ok {_ms(r.rtt_s)}", r.rtt_s, r.correlation_id)
+    return CommandResult(kind, target, "ok", f"ok {ms_text(r.rtt_s)}", r.rtt_s, r.correlation_id)
 
 
 def _build_draw(kind: str, v: dict[str, Any]) -> DrawReq:

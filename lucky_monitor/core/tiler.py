@@ -53,16 +53,17 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from lucky_monitor.protocol.enums import ImageFormat
 from lucky_monitor.protocol.errors import LuckyMonitorError
 
 __all__ = [
     "MAX_GAP",
     "MAX_GRID_BYTES",
     "MAX_GRID_SIDE",
-    "SOURCE_FORMATS",
     "FrameMeta",
     "Tiler",
     "TilerError",
+    "source_format",
 ]
 
 #: Largest grid side in pixels. Beyond it pyqtgraph switches to a
@@ -77,21 +78,34 @@ MAX_SIDE = 4096
 #: Env count limit (same as the header's sane bound).
 MAX_ENVS = 4096
 
-#: Accepted ``src_format`` names and the channel count each needs
-#: (``"auto"`` picks by channel count: 1 gray, 3 rgb, 4 rgba).
-SOURCE_FORMATS: dict[str, int | None] = {
-    "auto": None,
-    "rgb": 3,
-    "bgr": 3,
-    "rgba": 4,
-    "bgra": 4,
-    "gray": 1,
-}
-_AUTO_FORMAT = {1: "gray", 3: "rgb", 4: "rgba"}
 
 
 class TilerError(LuckyMonitorError):
     """The tiler was given a geometry or a batch of images it cannot tile."""
+
+
+def source_format(value: object) -> ImageFormat:
+    """The :class:`~lucky_monitor.protocol.enums.ImageFormat` a ``src_format`` names.
+
+    Parameters
+    ----------
+    value
+        An :class:`ImageFormat`, or its label (``"auto"``, ``"rgb"``, ``"bgr"``,
+        ``"rgba"``, ``"bgra"``, ``"gray"``).
+
+    Raises
+    ------
+    TilerError
+        ``value`` names no image format; the message lists the labels.
+    """
+    if isinstance(value, ImageFormat):
+        return value
+    if isinstance(value, str):
+        try:
+            return ImageFormat.from_label(value)
+        except ValueError:
+            pass
+    raise TilerError(f"src_format: {value!r}, must be one of {', '.join(ImageFormat.labels())}")
 
 
 def _check_int(name: str, value: object, lo: int, hi: int) -> int:
@@ -314,15 +328,12 @@ class Tiler:
             raise TilerError(f"images: shape {images.shape}, expected {want}")
         return images
 
-    def _resolve_format(self, src_format: str) -> str:
-        if src_format not in SOURCE_FORMATS:
-            raise TilerError(f"src_format: {src_format!r}, must be one of {', '.join(SOURCE_FORMATS)}")
-        if src_format == "auto":
-            return _AUTO_FORMAT[self.channels]
-        need = SOURCE_FORMATS[src_format]
-        if need != self.channels:
-            raise TilerError(f"src_format: {src_format} needs {need} channels, images have {self.channels}")
-        return src_format
+    def _resolve_format(self, src_format: str | ImageFormat) -> ImageFormat:
+        fmt = source_format(src_format)
+        resolved = ImageFormat.resolve(fmt, self.channels)
+        if resolved is None:  # a concrete format with another channel count (the tiler's are 1, 3 or 4)
+            raise TilerError(f"src_format: {fmt.label} needs {fmt.channels} channels, images have {self.channels}")
+        return resolved
 
     def _copy(self, src: np.ndarray, pairs: Sequence[tuple[int | slice, int | slice]]) -> None:
         """Copy ``src`` (n, h, w, c) into the tile views, channel by the ``(dst, src)`` pairs.
@@ -359,7 +370,7 @@ class Tiler:
         self,
         images: np.ndarray,
         *,
-        src_format: str = "auto",
+        src_format: str | ImageFormat = "auto",
         flip_rows: bool = False,
         swap_rb: bool = False,
         show_alpha: bool = False,
@@ -372,8 +383,9 @@ class Tiler:
             ``(num_envs, height, width, channels)`` uint8; for one channel,
             ``(num_envs, height, width)`` is accepted too. Any strides (a
             read-only view of a mapping is fine); it is only read.
-        src_format : {"auto", "rgb", "bgr", "rgba", "bgra", "gray"}, optional
-            Channel order of the source. ``"auto"`` picks by channel count.
+        src_format : ImageFormat or its label, optional
+            Channel order of the source (see :func:`source_format`). ``"auto"``
+            picks by channel count.
         flip_rows : bool, optional
             Flip each image upside down (for rows stored bottom-up).
         swap_rb : bool, optional
@@ -413,11 +425,11 @@ class Tiler:
             src = src[:, ::-1]
 
         pairs: list[tuple[int | slice, int | slice]]
-        if fmt == "gray":
+        if fmt is ImageFormat.GRAY:
             pairs = [(0, 0), (1, 0), (2, 0)]  # alpha, if shown, stays at the 255 it was allocated with
         else:
-            reverse = (fmt in ("bgr", "bgra")) != bool(swap_rb)
-            has_alpha = fmt in ("rgba", "bgra")
+            reverse = fmt.blue_first != bool(swap_rb)
+            has_alpha = fmt.has_alpha
             if not reverse and self.channels == out_c:
                 pairs = [(slice(None), slice(None))]  # same layout: one fused copy
             else:
@@ -499,7 +511,8 @@ class FrameMeta:
     torn : int
         Torn copies skipped so far (seqlock retries that failed).
     src_format : str
-        One of :data:`SOURCE_FORMATS` (``"auto"`` picks by channel count).
+        An :class:`~lucky_monitor.protocol.enums.ImageFormat` label (``"auto"``
+        picks by channel count); see :func:`source_format`.
     bottom_up : bool
         Rows are stored bottom-up (the header's image flag bit 0).
     """

@@ -28,6 +28,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from .enums import EngineState, GpuObsMode, ImageFormat, Mode, Service, SimMode
 from .errors import (
     BadMagic,
     HeaderError,
@@ -130,22 +131,10 @@ def _struct_for(fields: tuple[tuple[str, int, str], ...]) -> struct.Struct:
 _STRUCT = _struct_for(FIELDS)
 assert _STRUCT.size == 340  # layout self-check at import
 
-MODE_NAMES = {0: "training", 1: "inference"}
-GPU_OBS_MODES = {0: "cpu", 1: "cuda_ipc", 2: "vulkan_external"}
-SIM_MODES = {0: "realtime", 1: "deterministic", 2: "fast"}
-ENGINE_STATES = {0: "initialising", 1: "running", 2: "paused", 3: "closing"}
-IMAGE_FORMATS = {0: "auto", 1: "rgb", 2: "bgr", 3: "rgba", 4: "bgra", 5: "gray"}
-FORMAT_CHANNELS = {1: 3, 2: 3, 3: 4, 4: 4, 5: 1}
 IMAGE_FLAG_BOTTOM_UP = 1
 
-SERVICES = ("Agent", "MuJoCo", "MujocoScene", "Telemetry", "Scene", "Camera", "Viewport", "Debug")
-SERVICE_BIT = {name: 1 << i for i, name in enumerate(SERVICES)}
-ALL_SERVICES = (1 << len(SERVICES)) - 1
-
-
-def service_names(mask: int) -> list[str]:
-    """Names of the services whose bits are set in ``mask``."""
-    return [name for i, name in enumerate(SERVICES) if mask >> i & 1]
+#: ``Header.pixel_format`` of a segment without an image region.
+NO_IMAGES = "none"
 
 
 @dataclass(frozen=True)
@@ -238,11 +227,33 @@ class Header:
         return self.image_width * self.image_height * self.image_channels
 
     @property
+    def resolved_image_format(self) -> ImageFormat | None:
+        """The concrete channel order of the images (``auto`` resolved by channel count).
+
+        ``None`` when there is no image region, or when ``image_format`` and
+        ``image_channels`` do not name a concrete format (which
+        :func:`validate` refuses for a segment with images).
+        """
+        if not self.has_images:
+            return None
+        return ImageFormat.resolve(self.image_format, self.image_channels)
+
+    @property
     def pixel_format(self) -> str:
-        """``rgb``, ``bgr``, ``rgba``, ``bgra`` or ``gray``, resolving ``auto``."""
-        if self.image_format == 0:
-            return {1: "gray", 3: "rgb", 4: "rgba"}.get(self.image_channels, "rgb")
-        return IMAGE_FORMATS[self.image_format]
+        """``rgb``, ``bgr``, ``rgba``, ``bgra`` or ``gray``, resolving ``auto``.
+
+        :data:`NO_IMAGES` (``"none"``) without an image region. Never raises:
+        for a header :func:`validate` would refuse it describes the raw value
+        (``"unknown (6)"``, or ``"auto (2 channels)"``).
+        """
+        if not self.has_images:
+            return NO_IMAGES
+        fmt = self.resolved_image_format
+        if fmt is not None:
+            return fmt.label
+        if self.image_format == ImageFormat.AUTO:
+            return f"auto ({self.image_channels} channels)"
+        return ImageFormat.name_of(self.image_format)
 
     @property
     def bottom_up(self) -> bool:
@@ -316,7 +327,7 @@ def _check_prototype(buf: Any, h: Header) -> None:
         f"looks like the public prototype layout (num_envs={proto_envs} at offset 16); "
         "lucky-monitor reads only the LRBC v1 layout of schema/LAYOUT.md"
     )
-    if h.mode not in MODE_NAMES or pad != b"\0\0\0":
+    if Mode.get(h.mode) is None or pad != b"\0\0\0":
         raise IncompatibleLayout("mode", f"byte 16-19 hold {proto_envs}, not a mode 0/1 plus zero padding: {hint}")
     for name in ("obs_offset", "act_offset", "rewards_offset", "dones_offset", "resets_offset",
                  "cmd_s2c_offset", "cmd_c2s_offset"):
@@ -366,20 +377,19 @@ def validate(buf: Any, mapped_size: int | None = None) -> Header:
             raise HeaderError("image_height", f"{h.image_height}, must be 1..{MAX_IMAGE_SIDE}")
         if h.image_channels not in (1, 3, 4):
             raise HeaderError("image_channels", f"{h.image_channels}, must be 1, 3 or 4")
-        if h.image_format not in IMAGE_FORMATS:
-            raise HeaderError("image_format", f"{h.image_format}, must be 0..5")
-        want = FORMAT_CHANNELS.get(h.image_format)
-        if want is not None and want != h.image_channels:
+        fmt = ImageFormat.get(h.image_format)
+        if fmt is None:
+            raise HeaderError("image_format", f"{h.image_format}, must be {ImageFormat.describe()}")
+        if fmt.channels is not None and fmt.channels != h.image_channels:
             raise HeaderError(
-                "image_format",
-                f"{IMAGE_FORMATS[h.image_format]} needs {want} channels, image_channels is {h.image_channels}",
+                "image_format", f"{fmt.label} needs {fmt.channels} channels, image_channels is {h.image_channels}"
             )
-    if h.gpu_obs_mode not in GPU_OBS_MODES:
-        raise HeaderError("gpu_obs_mode", f"{h.gpu_obs_mode}, must be 0..2")
-    if h.sim_mode not in SIM_MODES:
-        raise HeaderError("sim_mode", f"{h.sim_mode}, must be 0..2")
-    if h.engine_state not in ENGINE_STATES:
-        raise HeaderError("engine_state", f"{h.engine_state}, must be 0..3")
+    # Without an image region image_format, image_channels and the image sizes
+    # describe nothing; they are not checked (LAYOUT 3.2: image_offset 0 = no images).
+    for name, vocab in (("gpu_obs_mode", GpuObsMode), ("sim_mode", SimMode), ("engine_state", EngineState)):
+        v = getattr(h, name)
+        if vocab.get(v) is None:
+            raise HeaderError(name, f"{v}, must be {vocab.describe()}")
     if h.tools_offset:
         if h.tools_offset % TOOLS_ALIGN:
             raise RegionError("tools_offset", f"{h.tools_offset} is not a multiple of {TOOLS_ALIGN}")
@@ -435,21 +445,24 @@ def plan(
     act_size: int,
     cmd_ring_size: int = 512 * 1024,
     image: tuple[int, int, int] | None = None,
-    image_format: int = 0,
+    image_format: int = ImageFormat.AUTO,
     image_flags: int = 0,
     tools_ring_size: int | None = 64 * 1024,
     server_pid: int = 0,
     session_id: int = 1,
-    mode: int = 0,
-    services_available: int = ALL_SERVICES,
+    mode: int = Mode.TRAINING,
+    services_available: int | None = None,
     services_enabled: int | None = None,
-    sim_mode: int = 0,
+    sim_mode: int = SimMode.REALTIME,
 ) -> Header:
     """Lay out a new segment; return its header (counters at zero).
 
     ``image`` is ``(width, height, channels)`` or ``None``. ``tools_ring_size``
-    ``None`` exports no tools channel. The result always passes :func:`validate`.
+    ``None`` exports no tools channel. ``services_available`` ``None`` means
+    every :class:`Service`. The result always passes :func:`validate`.
     """
+    if services_available is None:
+        services_available = Service.all_mask()
     off = HEADER_SIZE
 
     def take(size: int, align: int = REGION_ALIGN) -> int:
@@ -479,15 +492,16 @@ def plan(
         tools_o, tools_ring_size = 0, 0
     total = _align(off, 4096)
     return Header(
-        magic=MAGIC, version=VERSION, server_pid=server_pid, client_pid=0, mode=mode,
+        magic=MAGIC, version=VERSION, server_pid=server_pid, client_pid=0, mode=int(mode),
         num_envs=n, obs_size=obs_size, act_size=act_size, frame_seq=0, action_seq=0,
         obs_offset=obs_o, act_offset=act_o, rewards_offset=rew_o, dones_offset=done_o,
         resets_offset=reset_o, cmd_s2c_offset=s2c_o, cmd_c2s_offset=c2s_o,
         cmd_ring_size=cmd_ring_size, image_offset=img_o, image_width=w, image_height=hgt,
-        image_channels=c, gpu_available=0, gpu_obs_mode=0, gpu_obs_handle=bytes(64),
+        image_channels=c, gpu_available=0, gpu_obs_mode=int(GpuObsMode.CPU), gpu_obs_handle=bytes(64),
         gpu_device_id=0, truncateds_offset=trunc_o, segment_size=total, session_id=session_id,
-        image_seq=0, image_frame_seq=0, heartbeat_ns=0, image_format=image_format,
+        image_seq=0, image_frame_seq=0, heartbeat_ns=0, image_format=int(image_format),
         image_flags=image_flags, services_available=services_available,
         services_enabled=services_available if services_enabled is None else services_enabled,
-        sim_mode=sim_mode, engine_state=0, tools_offset=tools_o, tools_ring_size=tools_ring_size,
+        sim_mode=int(sim_mode), engine_state=int(EngineState.INITIALISING),
+        tools_offset=tools_o, tools_ring_size=tools_ring_size,
     )

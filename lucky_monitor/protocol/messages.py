@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Annotated
 
+from .enums import Service, SimMode
+
 # ---------------------------------------------------------------------------
 # Wire types (annotation metadata read by the envelope codec)
 # ---------------------------------------------------------------------------
@@ -44,28 +46,9 @@ I64 = Annotated[int, "long"]
 F64 = Annotated[float, "double"]
 
 
-class SimulationMode(IntEnum):
-    """How the engine advances simulated time (schema enum, ``uint``)."""
-
-    Realtime = 0
-    Deterministic = 1
-    Fast = 2
-
-
-SimMode = Annotated[SimulationMode, "uint"]
-
-
-class Service(IntEnum):
-    """Bit index of each service in the ``services_*`` bitmasks."""
-
-    AGENT = 0
-    MUJOCO = 1
-    MUJOCO_SCENE = 2
-    TELEMETRY = 3
-    SCENE = 4
-    CAMERA = 5
-    VIEWPORT = 6
-    DEBUG = 7
+#: ``sim_mode`` on the wire: the schema's ``SimulationMode`` enum (``uint``),
+#: which is :class:`~lucky_monitor.protocol.enums.SimMode`.
+SimModeU32 = Annotated[SimMode, "uint"]
 
 
 class MethodId(IntEnum):
@@ -349,7 +332,7 @@ class GetSceneInfoResp:
     entity_count: U32 = 0
     timestep: float = 0.0
     sim_time: F64 = 0.0
-    mode: SimMode = SimulationMode.Realtime
+    mode: SimModeU32 = SimMode.REALTIME
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,21 +406,21 @@ class GetSimulationModeReq:
 class GetSimulationModeResp:
     """The simulation mode in force."""
 
-    mode: SimMode = SimulationMode.Realtime
+    mode: SimModeU32 = SimMode.REALTIME
 
 
 @dataclass(frozen=True, slots=True)
 class SetSimulationModeReq:
     """Switch the simulation mode."""
 
-    mode: SimMode = SimulationMode.Realtime
+    mode: SimModeU32 = SimMode.REALTIME
 
 
 @dataclass(frozen=True, slots=True)
 class SetSimulationModeResp:
     """The simulation mode now in force."""
 
-    mode: SimMode = SimulationMode.Realtime
+    mode: SimModeU32 = SimMode.REALTIME
 
 
 # ---------------------------------------------------------------------------

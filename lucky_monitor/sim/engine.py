@@ -38,6 +38,7 @@ import numpy as np
 
 from ..protocol import header as hdr
 from ..protocol import messages as m
+from ..protocol.enums import EngineState, ImageFormat, Service, SimMode
 from ..protocol.envelope import Envelope, decode, encode, error_response
 from ..protocol.errors import EnvelopeError, LuckyMonitorError, RingCorrupt, RingFull
 from ..protocol.ring import RingReader, RingWriter, max_payload
@@ -46,7 +47,8 @@ from ..transport.shm import EngineSegment, SegmentExists, check_segment_size, pe
 from .physics import CartPoleBatch, Contract
 from .render import CAMERAS, Renderer
 
-FORMATS = {"rgb": (1, 3), "bgr": (2, 3), "rgba": (3, 4), "bgra": (4, 4), "gray": (5, 1)}
+#: ``--format`` names: every concrete image format ("auto" is the CLI's default, resolved before here).
+FORMATS = tuple(f.label for f in ImageFormat if f is not ImageFormat.AUTO)
 HEARTBEAT_NS = 50_000_000
 #: while waiting for the trainer, spin-yield this long after a step before napping: realtime
 #: (the demo must stay cool; its pace comes from the clock anyway) ...
@@ -69,7 +71,7 @@ class EngineConfig:
     fmt: str = "rgb"
     bottom_up: bool = False
     hz: float = 50.0
-    sim_mode: int = 0  # 0 realtime, 1 deterministic, 2 fast
+    sim_mode: int = SimMode.REALTIME
     seed: int = 0
     cmd_ring_size: int = 512 * 1024
     tools_ring_size: int = 64 * 1024
@@ -77,7 +79,9 @@ class EngineConfig:
 
     @property
     def channels(self) -> int:
-        return FORMATS[self.fmt][1]
+        channels = ImageFormat.from_label(self.fmt).channels
+        assert channels is not None, self.fmt
+        return channels
 
 
 #: what ``lucky-monitor sim`` can change to make its segment smaller (named by a size error)
@@ -108,7 +112,8 @@ def plan_segment(cfg: EngineConfig, *, server_pid: int = 0, session_id: int = 1)
         or the free shared memory; the message names the size, the limit and
         the options that shrink it.
     """
-    fmt_code, channels = FORMATS[cfg.fmt]
+    fmt_code = ImageFormat.from_label(cfg.fmt)
+    channels = fmt_code.channels
     image = (cfg.image[0], cfg.image[1], channels) if cfg.image else None
     header = hdr.plan(
         num_envs=cfg.num_envs,
@@ -116,7 +121,7 @@ def plan_segment(cfg: EngineConfig, *, server_pid: int = 0, session_id: int = 1)
         act_size=cfg.act_size,
         cmd_ring_size=cfg.cmd_ring_size,
         image=image,
-        image_format=fmt_code if image else 0,
+        image_format=fmt_code if image else ImageFormat.AUTO,
         image_flags=hdr.IMAGE_FLAG_BOTTOM_UP if (image and cfg.bottom_up) else 0,
         tools_ring_size=cfg.tools_ring_size or None,
         server_pid=server_pid,
@@ -158,13 +163,13 @@ class ReferenceEngine:
     def __init__(self, cfg: EngineConfig, *, exist_ok: bool = False) -> None:
         if cfg.fmt not in FORMATS:
             raise LuckyMonitorError(f"unknown image format {cfg.fmt!r}; choose one of {', '.join(FORMATS)}")
-        if cfg.sim_mode not in hdr.SIM_MODES:
-            raise LuckyMonitorError(f"sim_mode must be 0..2, got {cfg.sim_mode}")
+        if SimMode.get(cfg.sim_mode) is None:
+            raise LuckyMonitorError(f"sim_mode must be {SimMode.describe()}, got {cfg.sim_mode}")
         if not cfg.hz > 0:
             raise LuckyMonitorError(f"hz must be positive, got {cfg.hz}")
         self.cfg = cfg
         self.name = cfg.name or f"LuckyEngine_{os.getpid()}"
-        channels = FORMATS[cfg.fmt][1]
+        channels = cfg.channels
         image = (cfg.image[0], cfg.image[1], channels) if cfg.image else None
         # The size check comes first: no per-env buffer is allocated for a segment that is refused.
         header = plan_segment(cfg, server_pid=os.getpid(), session_id=secrets.randbits(64) | 1)
@@ -232,11 +237,11 @@ class ReferenceEngine:
             seg.truncateds[:] = 0
         self._render(1, force=True)
         self._heartbeat(force=True)
-        seg.set("engine_state", 1)  # header and counters complete (LAYOUT 2.1 step 6) ...
+        seg.set("engine_state", EngineState.RUNNING)  # header and counters complete (LAYOUT 2.1 step 6) ...
         seg.set("frame_seq", 1)  # ... then the first observation (step 7); action_seq stays 0
 
     def close(self) -> None:
-        """Announce closing (``engine_state = 3``) and unlink the segment. Idempotent."""
+        """Announce closing (``engine_state`` = ``EngineState.CLOSING``) and unlink the segment. Idempotent."""
         self.seg.unlink()
 
     def __enter__(self) -> ReferenceEngine:
@@ -273,9 +278,9 @@ class ReferenceEngine:
         mode = seg.counter("sim_mode")
         if client:
             if seg.counter("action_seq") != seg.counter("frame_seq"):
-                self._wait(SPIN_S if mode == 0 else SPIN_FAST_S)
+                self._wait(SPIN_S if mode == SimMode.REALTIME else SPIN_FAST_S)
                 return False
-            if mode == 0 and not self._due():
+            if mode == SimMode.REALTIME and not self._due():
                 return False
             self._step(seg.act)
             return True
@@ -444,7 +449,7 @@ class ReferenceEngine:
                 raise _Refused(f"{mid.name} is served on the tools channel only")
             bit = m.SERVICE_OF_METHOD.get(mid)
             if bit is not None and not self.service_enabled(bit):
-                raise _Refused(f"service {hdr.SERVICES[bit]} is disabled")
+                raise _Refused(f"service {Service(bit).label} is disabled")
             handler = self._handlers.get(mid)
             if handler is None:
                 raise _Refused(f"{mid.name} is not implemented by the reference engine")
@@ -529,7 +534,7 @@ class ReferenceEngine:
             M.GetSceneInfoReq: self._get_scene_info,
             M.ListEntitiesReq: self._list_entities,
             M.GetEntityReq: self._get_entity,
-            M.GetSimulationModeReq: lambda p, r: m.GetSimulationModeResp(mode=m.SimulationMode(self.sim_mode)),
+            M.GetSimulationModeReq: lambda p, r: m.GetSimulationModeResp(mode=SimMode(self.sim_mode)),
             M.SetSimulationModeReq: self._set_simulation_mode,
             M.ListCamerasReq: self._list_cameras,
             M.StreamCameraReq: self._stream_camera,
@@ -637,7 +642,7 @@ class ReferenceEngine:
             entity_count=2 * self.sim.num_envs,
             timestep=self.sim.dt,
             sim_time=float(self.steps * self.sim.dt),
-            mode=m.SimulationMode(self.sim_mode),
+            mode=SimMode(self.sim_mode),
         )
 
     def _entity(self, eid: int) -> m.EntityInfo:
@@ -687,11 +692,11 @@ class ReferenceEngine:
 
     def _set_simulation_mode(self, pair: _Pair, req: m.SetSimulationModeReq) -> m.SetSimulationModeResp:
         mode = int(req.mode)
-        if mode not in hdr.SIM_MODES:
-            raise _Refused(f"simulation mode {mode} unknown (0 realtime, 1 deterministic, 2 fast)")
+        if SimMode.get(mode) is None:
+            raise _Refused(f"simulation mode {mode} unknown ({SimMode.describe()})")
         self.seg.set("sim_mode", mode)
         self._next_tick = time.monotonic()
-        return m.SetSimulationModeResp(mode=m.SimulationMode(mode))
+        return m.SetSimulationModeResp(mode=SimMode(mode))
 
     def _list_cameras(self, pair: _Pair, req: object) -> m.ListCamerasResp:
         if self.renderer is None:
@@ -724,7 +729,7 @@ class ReferenceEngine:
 
     def _set_service_enabled(self, pair: _Pair, req: m.SetServiceEnabledReq) -> m.SetServiceEnabledResp:
         bit = int(req.service)
-        if not 0 <= bit < len(hdr.SERVICES) or not self.header.services_available >> bit & 1:
+        if Service.get(bit) is None or not self.header.services_available >> bit & 1:
             raise _Refused(f"service bit {bit} is not available")
         mask = self.seg.counter("services_enabled")
         mask = mask | (1 << bit) if req.enabled else mask & ~(1 << bit)

@@ -52,12 +52,12 @@ from typing import Any
 
 import numpy as np
 
+from ..protocol.enums import ImageFormat
 from ..protocol.header import MAX_ENVS, MAX_IMAGE_SIDE
 from . import font
 from .physics import X_LIMIT, CartPoleBatch, SimError
 
 CAMERAS = ("front", "top")
-FORMATS = {"rgb": 3, "bgr": 3, "rgba": 4, "bgra": 4, "gray": 1}
 #: pixels per chunk of envs rendered together (bounds the temporaries)
 CHUNK_PIXELS = 1 << 18
 #: most debug lines + arrows kept; older ones are dropped first
@@ -379,17 +379,20 @@ class Renderer:
                 raise SimError(f"{name}: {v!r}, must be an integer in 1..{hi}")
         if isinstance(channels, bool) or not isinstance(channels, int | np.integer):
             raise SimError(f"channels: {channels!r}, must be 1, 3 or 4")
+        concrete = [f.label for f in ImageFormat if f is not ImageFormat.AUTO]
         if fmt is None:
-            fmt = {1: "gray", 3: "rgb", 4: "rgba"}.get(int(channels))
-        if not isinstance(fmt, str) or fmt not in FORMATS:
-            raise SimError(f"image format {fmt!r} unknown or no default for {channels} channels; use {list(FORMATS)}")
-        if FORMATS[fmt] != channels:
-            raise SimError(f"image format {fmt!r} has {FORMATS[fmt]} channels, not {channels}")
+            fmt = getattr(ImageFormat.for_channels(int(channels)), "label", None)
+        fmt_enum = ImageFormat.from_label(fmt) if isinstance(fmt, str) and fmt in concrete else None
+        if fmt_enum is None:
+            raise SimError(f"image format {fmt!r} unknown or no default for {channels} channels; use {concrete}")
+        if fmt_enum.channels != channels:
+            raise SimError(f"image format {fmt!r} has {fmt_enum.channels} channels, not {channels}")
         self.num_envs = n = int(num_envs)
         self.width = w = int(width)
         self.height = h = int(height)
         self.channels = int(channels)
         self.fmt = fmt
+        self._format = fmt_enum
         self.bottom_up = bool(bottom_up)
         self._camera = "front"
         self.debug_dropped = 0
@@ -398,7 +401,7 @@ class Renderer:
         # RGBX scratch; its uint32 view makes every fill and scatter a one-word store
         self._scratch = np.empty((self._chunk, h, w, 4), np.uint8)
         self._scratch32 = self._scratch.view(np.uint32)[..., 0]
-        self._gray = np.empty((self._chunk, h, w), np.uint16) if fmt == "gray" else None
+        self._gray = np.empty((self._chunk, h, w), np.uint16) if fmt_enum is ImageFormat.GRAY else None
         self._cols = np.arange(w, dtype=np.float64)
 
         # screen-space bands and cues
@@ -797,15 +800,15 @@ class Renderer:
 
     def _emit(self, buf: np.ndarray, out: np.ndarray) -> None:
         src = buf[:, ::-1] if self.bottom_up else buf
-        fmt = self.fmt
+        fmt = self._format
         # one strided copy per channel: much faster than copying 3-byte pixels
-        if fmt == "rgba":
+        if fmt is ImageFormat.RGBA:
             out[:] = src  # X is always 255
-        elif fmt != "gray":
-            order = (0, 1, 2) if fmt == "rgb" else (2, 1, 0)
+        elif fmt is not ImageFormat.GRAY:
+            order = (2, 1, 0) if fmt.blue_first else (0, 1, 2)
             for dst, c in enumerate(order):
                 out[..., dst] = src[..., c]
-            if fmt == "bgra":
+            if fmt is ImageFormat.BGRA:
                 out[..., 3] = 255
         else:
             g = self._gray[: buf.shape[0]]

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..protocol import messages as m
+from ..protocol.enums import ImageFormat, SimMode
 from ..protocol.errors import UsageError
 from ..protocol.header import MAX_ENVS, MAX_IMAGE_SIDE, MAX_VEC
 from .engine import FORMATS, EngineConfig, ReferenceEngine, plan_segment
@@ -78,13 +79,17 @@ def parse_image(text: str, fmt: str) -> tuple[int, int] | None:
     w, h = int(mt[1]), int(mt[2])
     if not (1 <= w <= MAX_IMAGE_SIDE and 1 <= h <= MAX_IMAGE_SIDE):
         raise UsageError(f"--image {text!r}: width and height must be 1..{MAX_IMAGE_SIDE}")
-    if mt[3] is not None and int(mt[3]) != FORMATS[fmt][1]:
-        raise UsageError(f"--image {text!r}: {mt[3]} channels contradicts --format {fmt} ({FORMATS[fmt][1]} channels)")
+    need = ImageFormat.from_label(fmt).channels
+    if mt[3] is not None and int(mt[3]) != need:
+        raise UsageError(f"--image {text!r}: {mt[3]} channels contradicts --format {fmt} ({need} channels)")
     return w, h
 
 
 def format_for_channels(channels: int) -> str:
-    return {1: "gray", 3: "rgb", 4: "rgba"}[channels]
+    fmt = ImageFormat.for_channels(channels)
+    if fmt is None:
+        raise KeyError(channels)
+    return fmt.label
 
 
 def add_sim_arguments(p: argparse.ArgumentParser) -> None:
@@ -147,7 +152,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         raise UsageError(f"--hz {args.hz}: must be a positive number")
     if not args.camera_fps >= 0:
         raise UsageError(f"--camera-fps {args.camera_fps}: must be 0 (every step) or positive")
-    mode = 2 if args.fast else (1 if args.deterministic else 0)
+    mode = SimMode.FAST if args.fast else (SimMode.DETERMINISTIC if args.deterministic else SimMode.REALTIME)
     cfg = EngineConfig(
         name=args.name or os.environ.get("LUCKY_SHM_NAME") or None,
         num_envs=args.envs,

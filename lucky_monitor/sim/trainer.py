@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..protocol import messages as m
+from ..protocol.enums import EngineState, SimMode
 from ..protocol.envelope import Envelope, decode, encode
 from ..protocol.errors import BusyError, CommandTimeout, EngineDied, EnvelopeError, RemoteError
 from ..protocol.ring import RingReader, RingWriter
@@ -152,7 +153,7 @@ class SharedMemoryClient:
         counter = seg.counter
         t0 = time.perf_counter()
         next_check = t0 + 0.25
-        spin, nap = (SPIN_S, NAP_S) if counter("sim_mode") else (SPIN_REALTIME_S, NAP_REALTIME_S)
+        spin, nap = (SPIN_S, NAP_S) if counter("sim_mode") != SimMode.REALTIME else (SPIN_REALTIME_S, NAP_REALTIME_S)
         while True:
             f = counter("frame_seq")
             if ready(f, counter("action_seq")):
@@ -173,7 +174,7 @@ class SharedMemoryClient:
             raise EngineDied(f"engine gone while waiting for {what}: {reason}")
         if not pid_alive(self.header.server_pid):
             raise EngineDied(f"engine pid {self.header.server_pid} died while the trainer waited for {what}")
-        if seg.counter("engine_state") == 3:
+        if seg.counter("engine_state") == EngineState.CLOSING:
             raise EngineDied("engine is closing")
         hb_age = (time.monotonic_ns() - seg.counter("heartbeat_ns")) / 1e9
         if hb_age > self.timeout_s:

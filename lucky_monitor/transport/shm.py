@@ -67,6 +67,7 @@ import atomics
 import numpy as np
 
 from ..protocol import header as hdr
+from ..protocol.enums import EngineState
 from ..protocol.errors import (
     InvalidSegmentName,
     SegmentExists,
@@ -834,13 +835,13 @@ class EngineSegment(_Writable):
         return seg
 
     def unlink(self) -> None:
-        """Announce closing (``engine_state = 3``), remove the name, unmap. Idempotent."""
+        """Announce closing (``engine_state`` = ``EngineState.CLOSING``), remove the name, unmap. Idempotent."""
         if getattr(self, "_unlinked", True):
             self.close()
             return
         self._unlinked = True
         if not self._closed and self._mm is not None and self._header_mapped():
-            self.set("engine_state", 3)
+            self.set("engine_state", EngineState.CLOSING)
         kind = platform_kind()
         try:
             if kind == "dir":

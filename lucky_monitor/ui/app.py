@@ -8,8 +8,8 @@ import signal
 import subprocess
 import sys
 
-from ..protocol.errors import LuckyMonitorError, UsageError
 from ..core.session import validate_name
+from ..protocol.errors import LuckyMonitorError, UsageError
 
 
 class DisplayError(LuckyMonitorError):

@@ -49,7 +49,8 @@ from PySide6.QtQml import QmlElement
 
 from ..core.monitor import LinkState
 from ..core.session import CommandResult, SegmentEntry, Tick
-from ..protocol import header as hdr
+from ..core.text import DASH, age_text, bytes_text
+from ..protocol.enums import EngineState, GpuObsMode, Mode, Service, SimMode
 from ..protocol.header import Header
 from .palette import BAD, DIM, GOOD, WARN
 
@@ -101,52 +102,6 @@ def state_color(state: LinkState) -> str:
         ``#rrggbb``.
     """
     return STATE_COLORS.get(state, DIM)
-
-
-def bytes_text(n: int) -> str:
-    """``n`` bytes in binary units: ``"64 B"``, ``"512 KiB"``, ``"1.3 MiB"``.
-
-    Parameters
-    ----------
-    n : int
-
-    Returns
-    -------
-    str
-    """
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            if unit == "B" or value == int(value):
-                return f"{int(value)} {unit}"
-            return f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def age_text(seconds: float) -> str:
-    """A coarse age: ``"12 s"``, ``"3 min"``, ``"5 h"``, ``"2 d"`` (negative counts as 0).
-
-    Parameters
-    ----------
-    seconds : float
-
-    Returns
-    -------
-    str
-    """
-    s = max(0.0, seconds)
-    if s < 60:
-        return f"{int(s)} s"
-    if s < 3600:
-        return f"{int(s // 60)} min"
-    if s < 86400:
-        return f"{int(s // 3600)} h"
-    return f"{int(s // 86400)} d"
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f} ms"
 
 
 # ---------------------------------------------------------------------------
@@ -291,7 +246,7 @@ class ServiceListModel(_RowModel):
 
     def __init__(self, parent: QObject | None = None) -> None:
         rows = [{"name": n, "bit": i, "available": False, "enabled": False, "pending": False, "lastResult": "",
-                 "resultKind": ResultKind.NONE.value} for i, n in enumerate(hdr.SERVICES)]
+                 "resultKind": ResultKind.NONE.value} for i, n in enumerate(Service.labels())]
         super().__init__(rows, parent)
 
 
@@ -301,7 +256,7 @@ class ServiceListModel(_RowModel):
 # The backend
 # ---------------------------------------------------------------------------
 
-_DASH = "—"
+_DASH = DASH
 
 
 class SessionLike(Protocol):
@@ -500,7 +455,7 @@ class MonitorBackend(QObject):
     @Property("QVariantList", constant=True)
     def simModeNames(self) -> list[str]:
         """``["realtime", "deterministic", "fast"]``: index = ``sim_mode``."""
-        return [hdr.SIM_MODES[i] for i in sorted(hdr.SIM_MODES)]
+        return list(SimMode.labels())
 
     # ------------------------------------------------------------ python API
     def value(self, name: str) -> Any:
@@ -553,7 +508,7 @@ class MonitorBackend(QObject):
     @Slot(int, bool)
     def setServiceEnabled(self, bit: int, enabled: bool) -> None:
         """Ask the engine to enable or disable service ``bit`` (the switch follows the segment)."""
-        if not 0 <= bit < len(hdr.SERVICES) or self._session is None:
+        if not 0 <= bit < len(Service) or self._session is None:
             return
         self._services.update_row(bit, pending=True, lastResult="waiting…", resultKind="pending")
         self._session.set_service(bit, bool(enabled))
@@ -631,7 +586,7 @@ class MonitorBackend(QObject):
         self._set(**{k: d for k, (g, d) in _FIELDS.items() if g in ("facts", "rates")})
         self._set(simModePending=False, simModeResult="", simModeResultKind="", lastDrawResult="",
                   lastDrawResultKind="", lastRttMs=-1.0, drawPending=False, drawCount=0)
-        for bit in range(len(hdr.SERVICES)):
+        for bit in range(len(Service)):
             avail = h is not None and bool(h.services_available >> bit & 1)
             self._services.update_row(bit, available=avail, enabled=False, pending=False, lastResult="",
                                       resultKind="")
@@ -643,13 +598,13 @@ class MonitorBackend(QObject):
         else:
             image = "none"
         if h.gpu_available:
-            mode = hdr.GPU_OBS_MODES.get(h.gpu_obs_mode, str(h.gpu_obs_mode))
+            mode = GpuObsMode.name_of(h.gpu_obs_mode)
             gpu = f"{mode} · device {h.gpu_device_id} · handle {h.gpu_obs_handle[:6].hex()}…"
         else:
             gpu = "none"
         self._set(
             serverPid=float(h.server_pid),
-            mode={0: "training (homogeneous envs)", 1: "inference"}.get(h.mode, f"unknown ({h.mode})"),
+            mode=Mode.name_of(h.mode) + (" (homogeneous envs)" if h.mode == Mode.TRAINING else ""),
             numEnvs=h.num_envs,
             obsSize=h.obs_size,
             actSize=h.act_size,
@@ -671,7 +626,7 @@ class MonitorBackend(QObject):
         self._set(
             clientPid=float(live.client_pid),
             trainerAlive=bool(tick.trainer_alive),
-            engineState=hdr.ENGINE_STATES.get(live.engine_state, f"unknown ({live.engine_state})"),
+            engineState=EngineState.name_of(live.engine_state),
             heartbeatAge=_DASH if age is None else ("< 0.5 s" if age < 0.5 else f"{age:.1f} s"),
             framesPerSec=_rate(tick.rates.frames_per_s),
             imagesPerSec=_rate(tick.rates.images_per_s),
@@ -683,15 +638,15 @@ class MonitorBackend(QObject):
             tornImages=float(c.torn_images),
             tornHot=float(c.torn_hot),
             framesSkipped=float(c.frames_skipped),
-            simMode=int(live.sim_mode) if live.sim_mode in hdr.SIM_MODES else 0,
+            simMode=int(live.sim_mode if SimMode.get(live.sim_mode) is not None else SimMode.REALTIME),
         )
         mask = live.services_enabled
-        for bit in range(len(hdr.SERVICES)):
+        for bit in range(len(Service)):
             self._services.update_row(bit, enabled=bool(mask >> bit & 1))
 
     def _apply_commands(self, tick: Tick) -> None:
         cmd = tick.commands
-        for bit in range(len(hdr.SERVICES)):
+        for bit in range(len(Service)):
             if self._services.row(bit)["pending"] and bit not in cmd.pending_services:
                 self._services.update_row(bit, pending=False)
         self._set(drawPending=cmd.draw_pending, repeatKind=cmd.repeat_kind, repeatHz=cmd.repeat_hz,
@@ -702,7 +657,7 @@ class MonitorBackend(QObject):
     def _apply_result(self, r: CommandResult) -> None:
         kind = r.status
         if r.kind == "service":
-            if 0 <= r.target < len(hdr.SERVICES):
+            if 0 <= r.target < len(Service):
                 self._services.update_row(r.target, lastResult=r.text, resultKind=kind)
         elif r.kind == "sim":
             self._set(simModeResult=r.text, simModeResultKind=kind)

@@ -34,7 +34,8 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal
 
 from lucky_monitor.core.session import DisplayOptions, ImageFrame
-from lucky_monitor.core.tiler import SOURCE_FORMATS, FrameMeta, Tiler, TilerError
+from lucky_monitor.core.tiler import FrameMeta, Tiler, TilerError, source_format
+from lucky_monitor.protocol.enums import ImageFormat
 from lucky_monitor.protocol.errors import LuckyMonitorError
 from lucky_monitor.ui import palette as pal
 
@@ -460,8 +461,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         n, h, w = images.shape[:3]
         c = images.shape[3] if images.ndim == 4 else 1
         src_format = _meta_field(meta, "src_format", "auto")
-        if src_format not in SOURCE_FORMATS:
-            raise TilerError(f"src_format: {src_format!r}, must be one of {', '.join(SOURCE_FORMATS)}")
+        source_format(src_format)  # raises TilerError for a name that is no format
         t = self.tiler
         if t is None or (t.num_envs, t.height, t.width, t.channels) != (n, h, w, c):
             t = self._configure(n, h, w, c)
@@ -650,7 +650,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         env, px, py = hit
         x0, y0 = t.tile_origin(env)
         pixel = t.grid[y0 + py, x0 + px].tolist()
-        kind = "rgba" if len(pixel) == 4 else "rgb"
+        kind = (ImageFormat.RGBA if len(pixel) == 4 else ImageFormat.RGB).label
         text = f"env {env}  x {px} y {py}  shown {kind}({', '.join(str(v) for v in pixel)})"
         changes = []
         if self.flip_check.isChecked():

@@ -16,6 +16,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
 from ..core.session import TrafficStats
+from ..core.text import ms_text
 from ..core.traffic import TrafficEntry
 from . import palette as pal
 
@@ -70,7 +71,7 @@ class TrafficModel(QtCore.QAbstractTableModel):
             if col == 4:
                 return str(e.size)
             if col == 5:
-                return "" if e.latency_s is None else f"{e.latency_s * 1e3:.1f} ms"
+                return "" if e.latency_s is None else ms_text(e.latency_s)
             if col == 6:
                 return e.error or ""
         if role == Qt.ItemDataRole.ForegroundRole and e.error:

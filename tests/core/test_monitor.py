@@ -170,7 +170,7 @@ def test_command_client_and_traffic_tap(engine):
         engine.serve_commands()
         replies = client.poll()
         assert [r.correlation_id for r in replies] == [cid]
-        assert replies[0].ok and replies[0].response.payload.services_enabled == hdr.ALL_SERVICES
+        assert replies[0].ok and replies[0].response.payload.services_enabled == m.Service.all_mask()
         client.send(m.MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=int(m.Service.DEBUG),
                                                                            enabled=False))
         client.send(m.MethodId.DrawReq, m.DrawReq(clear_previous=True))

@@ -6,6 +6,7 @@ is deliberately not derived from ``lucky_monitor.protocol.header``.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import struct
 import tracemalloc
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lucky_monitor.protocol import header as H
+from lucky_monitor.protocol.enums import EngineState, GpuObsMode, ImageFormat, Mode, Service, SimMode
 from lucky_monitor.protocol.errors import (
     BadMagic,
     HeaderError,
@@ -83,7 +85,7 @@ def test_independent_bytes_parse_to_the_right_values() -> None:
     assert h.tools_c2s_offset == 65536 + 64
     assert h.tools_s2c_offset == 65536 + 64 + 8 + 256
     assert h.region("image_offset").size == 2 * 4 * 2 * 3
-    assert H.service_names(h.services_enabled) == ["Agent", "MuJoCo", "MujocoScene", "Telemetry", "Scene", "Camera"]
+    assert Service.names_in(h.services_enabled) == ["Agent", "MuJoCo", "MujocoScene", "Telemetry", "Scene", "Camera"]
     assert h.pack() == bytes(buf)  # and back, byte for byte
     d = h.to_dict()
     assert list(d) == list(SPEC)
@@ -263,6 +265,7 @@ def _outcome(buf: bytes | bytearray, mapped: int | None) -> None:
         assert exc.field
         return
     assert isinstance(h, H.Header)
+    exercise(h)
     # A header that passed is internally consistent.
     limit = h.segment_size or (len(buf) if mapped is None else mapped)
     for r in h.regions():
@@ -317,3 +320,115 @@ def mutated(draw: st.DrawFn) -> tuple[bytes, int | None]:
 def test_fuzz_mutated_valid_header(case: tuple[bytes, int | None]) -> None:
     buf, mapped = case
     _outcome(buf, mapped)
+
+
+# ---------------------------------------------------------------------------
+# Every accessor of an accepted header works
+# ---------------------------------------------------------------------------
+
+#: Public methods of Header that take arguments, and how to call them.
+_CALLS_WITH_ARGS = {"region", "unpack"}
+
+
+def exercise(h: H.Header) -> None:
+    """Call every public property and method of ``h``; none may raise."""
+    names = [n for n in dir(H.Header) if not n.startswith("_")]
+    fields = {f for f, _, _ in H.FIELDS}
+    for name in names:
+        if name in fields:
+            continue
+        attr = inspect.getattr_static(H.Header, name)
+        if isinstance(attr, property):
+            getattr(h, name)
+        elif name in _CALLS_WITH_ARGS:
+            continue
+        else:
+            assert callable(getattr(h, name)), name
+            getattr(h, name)()
+    for r in h.regions():
+        assert h.region(r.name) == r
+    assert H.Header.unpack(h.pack()) == h
+    assert h.pixel_format in (*ImageFormat.labels(), H.NO_IMAGES)
+    assert h.pixel_format != "auto"
+    repr(h)
+
+
+def test_exercise_knows_every_method_that_takes_arguments() -> None:
+    for name in dir(H.Header):
+        attr = inspect.getattr_static(H.Header, name)
+        if name.startswith("_") or isinstance(attr, property) or not callable(attr):
+            continue
+        fn = getattr(H.Header, name)
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.name != "self" and p.default is inspect.Parameter.empty]
+        assert (name in _CALLS_WITH_ARGS) == bool(params), f"exercise() does not know how to call Header.{name}"
+
+
+def test_pixel_format_without_an_image_region_never_raises() -> None:
+    # image_format 6 is not a format, but with image_offset 0 nothing reads it.
+    h = H.validate(pack(image_offset=0, image_format=6, image_channels=2), mapped_size=SIZE)
+    assert h.pixel_format == H.NO_IMAGES == "none"
+    assert h.resolved_image_format is None
+    exercise(h)
+
+
+def test_pixel_format_resolves_auto_by_channels() -> None:
+    for channels, want in ((1, "gray"), (3, "rgb"), (4, "rgba")):
+        h = H.plan(num_envs=1, obs_size=1, act_size=1, image=(2, 2, channels), image_format=0)
+        assert H.validate(h.pack() + bytes(h.segment_size - H.HEADER_SIZE)).pixel_format == want
+        assert h.resolved_image_format == ImageFormat.from_label(want)
+
+
+def test_pixel_format_of_an_unvalidated_header_names_the_raw_value() -> None:
+    h = H.Header.unpack(pack(image_format=6))
+    assert h.pixel_format == "unknown (6)"
+    assert H.Header.unpack(pack(image_format=0, image_channels=2)).pixel_format == "auto (2 channels)"
+
+
+def test_unknown_image_format_with_an_image_region_is_refused() -> None:
+    with pytest.raises(HeaderError, match=r"image_format: 6, must be 0 auto, 1 rgb, 2 bgr, 3 rgba, 4 bgra, 5 gray"):
+        H.validate(pack(image_format=6), mapped_size=SIZE)
+
+
+_U32 = st.integers(0, 2**32 - 1)
+
+
+@st.composite
+def planned_headers(draw: st.DrawFn) -> bytes:
+    """A valid planned layout with the fields validate may or may not accept scrambled."""
+    c = draw(st.sampled_from([1, 3, 4]))
+    image = draw(st.one_of(st.none(), st.tuples(st.integers(1, 8), st.integers(1, 8), st.just(c))))
+    h = H.plan(
+        num_envs=draw(st.integers(1, 4)), obs_size=draw(st.integers(0, 4)), act_size=draw(st.integers(0, 4)),
+        cmd_ring_size=64, image=image, tools_ring_size=draw(st.sampled_from([None, 64])),
+        image_format=int(ImageFormat.for_channels(c) or 0) if image else 0,
+    )
+    buf = bytearray(h.pack())
+    for name in draw(st.lists(st.sampled_from(["mode", "image_format", "image_channels", "image_width",
+                                                "image_height", "image_flags", "gpu_available", "gpu_obs_mode",
+                                                "sim_mode", "engine_state", "services_available",
+                                                "services_enabled", "heartbeat_ns", "session_id"]),
+                              max_size=5)):
+        off, code = SPEC[name]
+        small = st.integers(0, 8)
+        value = draw(st.one_of(small, _U32) if code != "Q" else st.integers(0, 2**64 - 1))
+        if code == "B":
+            value &= 0xFF
+        struct.pack_into("<" + code, buf, off, value)
+    return bytes(buf) + bytes(h.segment_size - H.HEADER_SIZE)
+
+
+@FUZZ
+@given(buf=planned_headers())
+def test_every_accessor_of_an_accepted_header_works(buf: bytes) -> None:
+    try:
+        h = H.validate(buf)
+    except HeaderError as exc:
+        assert exc.field
+        return
+    exercise(h)
+    assert Mode.get(h.mode) is not None and GpuObsMode.get(h.gpu_obs_mode) is not None
+    assert SimMode.get(h.sim_mode) is not None and EngineState.get(h.engine_state) is not None
+    if h.has_images:
+        assert h.resolved_image_format is not None
+        assert h.resolved_image_format.channels == h.image_channels

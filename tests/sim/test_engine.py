@@ -207,7 +207,7 @@ def test_initial_publication(make_engine) -> None:
         assert (live.frame_seq, live.action_seq, live.client_pid) == (1, 0, 0)
         assert live.engine_state == 1 and live.sim_mode == 2 and live.heartbeat_ns > 0
         assert live.image_seq == 2 and live.image_frame_seq == 1  # one stable image frame for frame 1
-        assert live.services_enabled == h.services_available == hdr.ALL_SERVICES
+        assert live.services_enabled == h.services_available == m.Service.all_mask()
         # the first observation is already there: every env hanging down, time 0
         assert np.all(seg.obs[:, 2] < -0.5) and np.all(seg.obs[:, TIME_COL] == 0)
 
@@ -484,10 +484,10 @@ def test_disabling_camera_stops_images_and_refuses_its_requests(make_engine, too
     tools = tools_for(eng)
     seg = eng.seg
     svc = tools.ok(MethodId.GetServicesReq, m.GetServicesReq())
-    assert svc.services_available == svc.services_enabled == seg.counter("services_enabled") == hdr.ALL_SERVICES
+    assert svc.services_available == svc.services_enabled == seg.counter("services_enabled") == m.Service.all_mask()
 
     resp = tools.ok(MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=m.Service.CAMERA, enabled=False))
-    assert resp.services_enabled == hdr.ALL_SERVICES & ~(1 << m.Service.CAMERA)
+    assert resp.services_enabled == m.Service.all_mask() & ~(1 << m.Service.CAMERA)
     assert seg.counter("services_enabled") == resp.services_enabled
     f, s, fs = seg.counter("frame_seq"), seg.counter("image_seq"), seg.counter("image_frame_seq")
     for _ in range(5):
@@ -501,7 +501,7 @@ def test_disabling_camera_stops_images_and_refuses_its_requests(make_engine, too
     assert seg.counter("image_seq") == s
 
     resp = tools.ok(MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=m.Service.CAMERA, enabled=True))
-    assert resp.services_enabled == hdr.ALL_SERVICES == seg.counter("services_enabled")
+    assert resp.services_enabled == m.Service.all_mask() == seg.counter("services_enabled")
     step_once(eng)
     assert seg.counter("image_seq") == s + 2 and seg.counter("image_frame_seq") == f + 6
     assert tools.ok(MethodId.ListCamerasReq, m.ListCamerasReq()).cameras
@@ -519,10 +519,10 @@ def test_other_services_disable_and_refuse(make_engine, tools_for) -> None:
     ]:
         tools.ok(MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=bit, enabled=False))
         msg = tools.refused(method, payload)
-        assert hdr.SERVICES[bit] in msg and "disabled" in msg
+        assert m.Service(bit).label in msg and "disabled" in msg
         tools.ok(MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=bit, enabled=True))
     assert "not available" in tools.refused(MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=12))
-    assert eng.seg.counter("services_enabled") == hdr.ALL_SERVICES
+    assert eng.seg.counter("services_enabled") == m.Service.all_mask()
 
 
 def test_error_envelopes_for_unknown_and_non_request_methods(make_engine, tools_for) -> None:
@@ -555,7 +555,7 @@ def test_garbage_on_the_tools_ring_is_counted_and_survived(make_engine, tools_fo
     eng.serve_commands()
     assert tools_pair.corrupt == 4
     assert tools.chan.s2c.pop() is None
-    assert tools.ok(MethodId.GetServicesReq, m.GetServicesReq()).services_enabled == hdr.ALL_SERVICES
+    assert tools.ok(MethodId.GetServicesReq, m.GetServicesReq()).services_enabled == m.Service.all_mask()
     # 2. a corrupt ring (length 0 entry): the engine resynchronises and counts it
     buf, base = tools.chan.buf, 64
     w = int(np.frombuffer(buf, np.uint32, 1, base)[0])
@@ -656,7 +656,7 @@ def test_scene_handlers(make_engine, tools_for) -> None:
     tools = tools_for(eng)
     step_once(eng)
     info = tools.ok(MethodId.GetSceneInfoReq, m.GetSceneInfoReq())
-    assert info.entity_count == 2 * N_ENVS and info.mode == m.SimulationMode.Fast
+    assert info.entity_count == 2 * N_ENVS and info.mode == m.SimMode.FAST
     assert info.timestep == pytest.approx(0.02) and info.sim_time == pytest.approx(0.02)
     everything = tools.ok(MethodId.ListEntitiesReq, m.ListEntitiesReq())
     assert everything.total == 2 * N_ENVS and len(everything.entities) == 2 * N_ENVS
@@ -680,8 +680,8 @@ def test_scene_handlers(make_engine, tools_for) -> None:
 def test_simulation_mode_handlers_change_the_header(make_engine, tools_for) -> None:
     eng = make_engine(image=None)
     tools = tools_for(eng)
-    assert tools.ok(MethodId.GetSimulationModeReq, m.GetSimulationModeReq()).mode == m.SimulationMode.Fast
-    for mode in (m.SimulationMode.Realtime, m.SimulationMode.Deterministic, m.SimulationMode.Fast):
+    assert tools.ok(MethodId.GetSimulationModeReq, m.GetSimulationModeReq()).mode == m.SimMode.FAST
+    for mode in (m.SimMode.REALTIME, m.SimMode.DETERMINISTIC, m.SimMode.FAST):
         assert tools.ok(MethodId.SetSimulationModeReq, m.SetSimulationModeReq(mode=mode)).mode == mode
         assert eng.seg.counter("sim_mode") == int(mode) == eng.sim_mode
         assert tools.ok(MethodId.GetSimulationModeReq, m.GetSimulationModeReq()).mode == mode
@@ -694,14 +694,14 @@ def test_simulation_mode_changes_stepping(make_engine, tools_for) -> None:
     step_once(eng)  # realtime: the first slot is due at once
     stepped = sum(eng.tick() for _ in range(20))  # each idle tick naps <= 2 ms; the next slot is 1 s away
     assert stepped <= 1
-    tools.ok(MethodId.SetSimulationModeReq, m.SetSimulationModeReq(mode=m.SimulationMode.Fast))
+    tools.ok(MethodId.SetSimulationModeReq, m.SetSimulationModeReq(mode=m.SimMode.FAST))
     assert sum(eng.tick() for _ in range(20)) == 20
-    tools.ok(MethodId.SetSimulationModeReq, m.SetSimulationModeReq(mode=m.SimulationMode.Deterministic))
+    tools.ok(MethodId.SetSimulationModeReq, m.SetSimulationModeReq(mode=m.SimMode.DETERMINISTIC))
     stepped = sum(eng.tick() for _ in range(20))
     assert 1 <= stepped <= 2  # the slot restarts on a mode change, then 1 s to the next
 
     # rates over the same short window: realtime about hz, fast far above it
-    def rate(mode: m.SimulationMode, window: float = 0.5) -> float:
+    def rate(mode: m.SimMode, window: float = 0.5) -> float:
         tools.ok(MethodId.SetSimulationModeReq, m.SetSimulationModeReq(mode=mode))
         f0, t0 = eng.seg.counter("frame_seq"), time.monotonic()
         while time.monotonic() - t0 < window:
@@ -709,8 +709,8 @@ def test_simulation_mode_changes_stepping(make_engine, tools_for) -> None:
         return (eng.seg.counter("frame_seq") - f0) / (time.monotonic() - t0)
 
     eng.cfg.hz = 20.0
-    realtime = rate(m.SimulationMode.Realtime)
-    fast = rate(m.SimulationMode.Fast)
+    realtime = rate(m.SimMode.REALTIME)
+    fast = rate(m.SimMode.FAST)
     assert realtime <= 20.0 + 2 / 0.5  # pacing never runs ahead (one slot of catch-up at most)
     assert realtime >= 4.0  # generous: a loaded machine still steps
     assert fast > 10 * realtime

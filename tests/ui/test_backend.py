@@ -25,7 +25,6 @@ from PySide6.QtQuickWidgets import QQuickWidget
 from PySide6.QtWidgets import QApplication
 
 from lucky_monitor.core.monitor import LinkState, MonitorCore
-from lucky_monitor.protocol.header import SERVICES
 from lucky_monitor.protocol.messages import Service
 from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
 from lucky_monitor.transport.shm import Segment, platform_kind
@@ -263,7 +262,7 @@ def test_backend_mirrors_the_engine(rig, views) -> None:
     assert tools_owner(rig.core.segment) == os.getpid()
 
     services = b.services.rows
-    assert [r["name"] for r in services] == list(SERVICES)
+    assert [r["name"] for r in services] == list(Service.labels())
     assert all(r["available"] and r["enabled"] and not r["pending"] for r in services)
 
     index = b.segments.index_of(eng.name)
@@ -405,7 +404,7 @@ def test_tools_channel_held_by_another_monitor(rig, views) -> None:
         assert b.value("toolsReason") == f"tools channel held by pid {holder}"
         assert b.value("toolsAvailable") is False
         assert b.value("toolsOwnerText") == f"pid {holder}"
-        for name in SERVICES:
+        for name in Service.labels():
             assert qml_child(panel, f"serviceSwitch_{name}").property("enabled") is False
         assert qml_child(panel, "simMode").property("enabled") is False
         assert qml_child(draw, "drawForm").property("enabled") is False

@@ -1,0 +1,90 @@
+"""The conformance rule table: ids are LAYOUT.md's checklist items; the heartbeat rule follows §8.3."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from lucky_monitor.core.conformance import FAIL, NA, PASS, RULES, SKIPPED, Subject, evaluate, run_check
+from lucky_monitor.protocol import header as hdr
+from lucky_monitor.protocol.enums import EngineState
+from lucky_monitor.transport.shm import platform_kind
+
+LAYOUT = Path(__file__).resolve().parents[2] / "schema" / "LAYOUT.md"
+
+needs_dev_shm = pytest.mark.skipif(platform_kind() != "dir", reason="segments are files under /dev/shm only on Linux")
+
+
+def checklist_ids() -> set[str]:
+    text = LAYOUT.read_text()
+    section = text[text.index("## 14. Conformance checklist"):]
+    return set(re.findall(r"^\| (C\d+) \|", section, flags=re.MULTILINE))
+
+
+def test_every_rule_names_checklist_items_of_layout_md() -> None:
+    known = checklist_ids()
+    assert {"C1", "C25", "C38"} <= known
+    for rule in RULES:
+        assert rule.ids and set(rule.ids) <= known, rule.name
+
+
+def test_rule_names_are_unique_per_header() -> None:
+    h = hdr.plan(num_envs=2, obs_size=1, act_size=1, image=(4, 4, 3))
+    names = [name for rule in RULES for _, name in rule.expand(h)]
+    assert len(names) == len(set(names))
+
+
+def statuses(name: str) -> dict[str, tuple[str, str]]:
+    results, _ = run_check(name, image_wait_s=0.0)
+    return {r.rule: (r.status, r.detail) for r in results}
+
+
+@needs_dev_shm
+def test_heartbeat_zero_with_the_extension_block_fails(segment_factory) -> None:
+    eng = segment_factory()  # plan() writes a session_id: the extension block is there
+    eng.set("engine_state", EngineState.RUNNING)
+    status, detail = statuses(eng.name)["heartbeat fresh"]
+    assert status == FAIL and "heartbeat_ns is 0" in detail and "10 times per second" in detail
+    eng.set("engine_state", EngineState.PAUSED)
+    assert statuses(eng.name)["heartbeat fresh"][0] == FAIL
+    eng.set("heartbeat_ns", time.monotonic_ns())
+    assert statuses(eng.name)["heartbeat fresh"][0] == PASS
+
+
+@needs_dev_shm
+def test_heartbeat_zero_is_allowed_while_initialising_and_without_the_extension(segment_factory) -> None:
+    eng = segment_factory()
+    assert statuses(eng.name)["heartbeat fresh"] == (NA, "engine initialising: heartbeat_ns may still be 0")
+    old = segment_factory(session_id=0)
+    old.set("engine_state", EngineState.RUNNING)
+    status, detail = statuses(old.name)["heartbeat fresh"]
+    assert status == NA and "session_id 0" in detail
+
+
+@needs_dev_shm
+def test_closing_engine_may_stop_its_heartbeat(segment_factory) -> None:
+    eng = segment_factory()
+    eng.set("heartbeat_ns", 1)
+    eng.set("engine_state", EngineState.CLOSING)
+    assert statuses(eng.name)["heartbeat fresh"][0] == NA
+
+
+def test_an_error_no_rule_recognises_is_reported_and_skips_the_header_rules() -> None:
+    h = hdr.plan(num_envs=1, obs_size=1, act_size=1)
+    err = hdr.HeaderError("nothing_we_know", "made up")
+    results = evaluate(Subject(h, h.pack(), h.segment_size, err))
+    assert results[0].status == PASS  # the file holds a header
+    assert all(r.status == SKIPPED for r in results[1:-1])
+    assert (results[-1].rule, results[-1].status) == ("header validation", FAIL)
+
+
+def test_live_rules_are_skipped_without_a_segment() -> None:
+    h = hdr.plan(num_envs=1, obs_size=1, act_size=1, server_pid=os.getpid())
+    results = evaluate(Subject(h, h.pack(), h.segment_size))
+    live = {name for rule in RULES if rule.stage == "live" for _, name in rule.expand(h)}
+    assert {r.status for r in results if r.rule in live} == {SKIPPED}
+    assert {r.status for r in results if r.rule not in live} <= {PASS, NA}
