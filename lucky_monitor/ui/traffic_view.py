@@ -1,4 +1,11 @@
-"""The command-traffic table: every envelope seen on the four rings, newest last."""
+"""The command-traffic table: every envelope seen on the four rings, newest last.
+
+Latency is the exact difference of the two ``sent_ns`` stamps; a response whose
+latency is unknown (a stamp missing, its request not seen) reads "unknown",
+with the reason as a tooltip, never "0.0 ms". The footer shows each ring's
+counts, missed bytes, corrupt events and undecodable envelopes, and is
+brought up to date on every refresh, whether or not a message arrived.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from PySide6.QtCore import Qt
 from ..core.traffic import TrafficEntry, TrafficLog
 
 COLUMNS = ("time", "direction", "method", "correlation", "bytes", "latency", "error")
+UNKNOWN_LATENCY = "unknown"
 
 
 class TrafficModel(QtCore.QAbstractTableModel):
@@ -23,7 +31,7 @@ class TrafficModel(QtCore.QAbstractTableModel):
 
     def set_entries(self, entries: list[TrafficEntry], t0: float) -> None:
         self.beginResetModel()
-        self._rows = entries[-self.MAX_ROWS:]
+        self._rows = entries[-self.MAX_ROWS :]
         self._t0 = t0
         self.endResetModel()
 
@@ -58,9 +66,13 @@ class TrafficModel(QtCore.QAbstractTableModel):
             if col == 4:
                 return str(e.size)
             if col == 5:
-                return "" if e.latency_s is None else f"{e.latency_s * 1e3:.1f} ms"
+                if e.latency_s is not None:
+                    return f"{e.latency_s * 1e3:.3f} ms"
+                return UNKNOWN_LATENCY if e.unknown_latency else ""
             if col == 6:
                 return e.error or ""
+        if role == Qt.ItemDataRole.ToolTipRole and col == 5 and e.latency_s is None and e.unknown_latency:
+            return f"latency unknown: {e.unknown_latency}"
         if role == Qt.ItemDataRole.ForegroundRole and e.error:
             return self._error_brush
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (0, 3, 4, 5):
@@ -71,8 +83,9 @@ class TrafficModel(QtCore.QAbstractTableModel):
 class TrafficView(QtWidgets.QWidget):
     """Filterable table of command traffic plus per-ring tap statistics.
 
-    The window calls :meth:`refresh` a few times per second with its
-    :class:`TrafficLog`; the table is rebuilt only when something changed.
+    The window calls :meth:`refresh` with its :class:`TrafficLog`; the table
+    is rebuilt only when entries were added, the footer whenever a count
+    changed (missed bytes and corruption included).
     """
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
@@ -118,25 +131,38 @@ class TrafficView(QtWidgets.QWidget):
         self.refresh()
 
     def refresh(self) -> None:
+        """Bring the table (when entries were added) and the footer (always) up to date."""
         log = self.log
         if log is None:
             self.model.set_entries([], 0.0)
-            self.stats_label.setText("no segment")
+            self._set_footer("no segment", None)
             return
-        if log.total == self._seen_total:
-            return
-        self._seen_total = log.total
-        entries = log.filtered(self._filter)
-        t0 = log.entries[0].t if log.entries else 0.0
-        self.model.set_entries(entries, t0)
-        if self.follow_check.isChecked():
-            self.table.scrollToBottom()
+        if log.total != self._seen_total:
+            self._seen_total = log.total
+            entries = log.filtered(self._filter)
+            t0 = log.entries[0].t if log.entries else 0.0
+            self.model.set_entries(entries, t0)
+            if self.follow_check.isChecked():
+                self.table.scrollToBottom()
         parts = []
+        problems = []
         for (pair, direction), st in log.stats.items():
             text = f"{pair} {direction}: {st.messages}"
             if st.missed_bytes:
                 text += f" (missed {st.missed_bytes} B)"
             if st.corrupt:
                 text += f" ({st.corrupt} corrupt)"
+            if st.undecodable:
+                text += f" ({st.undecodable} undecodable)"
             parts.append(text)
-        self.stats_label.setText("   ".join(parts) + f"   shown {self.model.rowCount()} of {len(log.entries)}")
+            if st.last_problem:
+                problems.append(f"{pair} {direction}: {st.last_problem}")
+        text = "   ".join(parts) + f"   shown {self.model.rowCount()} of {len(log.entries)}"
+        self._set_footer(text, "\n".join(problems) or None)
+
+    def _set_footer(self, text: str, tooltip: str | None) -> None:
+        if self.stats_label.text() != text:
+            self.stats_label.setText(text)
+        tip = tooltip or ""
+        if self.stats_label.toolTip() != tip:
+            self.stats_label.setToolTip(tip)
