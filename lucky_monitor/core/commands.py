@@ -72,7 +72,8 @@ class CommandClient:
         """
         cid = self._next_id
         self._next_id += 1
-        data = encode(Envelope(method=method, correlation_id=cid, payload=payload))
+        # sent_ns: the engine's heartbeat clock (CLOCK_MONOTONIC / QPC) at the push.
+        data = encode(Envelope(method=method, correlation_id=cid, payload=payload, sent_ns=time.monotonic_ns()))
         self.channel.c2s.push(data)
         self._pending[cid] = (int(method), self.clock())
         return cid

@@ -258,8 +258,24 @@ class TrafficStats:
     messages: dict[str, int] = field(default_factory=dict)
     missed_bytes: dict[str, int] = field(default_factory=dict)
     corrupt: dict[str, int] = field(default_factory=dict)
+    undecodable: dict[str, int] = field(default_factory=dict)
     last_problem: str | None = None
     total: int = 0
+
+    @classmethod
+    def of(cls, log: TrafficLog) -> TrafficStats:
+        """The counts of ``log``'s taps right now, keyed ``"main c2s"`` ... ``"tools s2c"``."""
+        stats: dict[tuple[str, str], TapStats] = log.stats
+        key = {k: f"{k[0]} {k[1]}" for k in stats}
+        problem = next((s.last_problem for s in stats.values() if s.last_problem), None)
+        return cls(
+            messages={key[k]: s.messages for k, s in stats.items()},
+            missed_bytes={key[k]: s.missed_bytes for k, s in stats.items()},
+            corrupt={key[k]: s.corrupt for k, s in stats.items()},
+            undecodable={key[k]: s.undecodable for k, s in stats.items()},
+            last_problem=problem,
+            total=log.total,
+        )
 
     @property
     def corrupt_total(self) -> int:
@@ -891,17 +907,7 @@ class MonitorSession:
     _last_image: ImageFrame | None = None
 
     def _traffic_stats(self) -> TrafficStats:
-        log = self._traffic
-        if log is None:
-            return TrafficStats()
-        stats: dict[tuple[str, str], TapStats] = log.stats
-        key = {k: f"{k[0]} {k[1]}" for k in stats}
-        problem = next((s.last_problem for s in stats.values() if s.last_problem), None)
-        return TrafficStats(
-            messages={key[k]: s.messages for k, s in stats.items()},
-            missed_bytes={key[k]: s.missed_bytes for k, s in stats.items()},
-            corrupt={key[k]: s.corrupt for k, s in stats.items()},
-            last_problem=problem, total=log.total)
+        return TrafficStats() if self._traffic is None else TrafficStats.of(self._traffic)
 
 
 def _ro(a: np.ndarray) -> np.ndarray:

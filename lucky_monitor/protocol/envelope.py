@@ -5,7 +5,9 @@ Theory of operation
 Every command-ring entry carries one FlatBuffer whose root table is
 ``hazel.rpc.Envelope`` (``schema/hazel_rpc.fbs``): a ``method`` id, the
 ``correlation_id`` a response echoes, a ``payload`` union holding the table
-named like the method, and an ``error_message`` (non-empty = error response).
+named like the method, an ``error_message`` (non-empty = error response) and
+``sent_ns``, the producer's monotonic clock when it pushed the entry (the
+``heartbeat_ns`` clock; 0 = not stamped).
 
 Byte layout the reader relies on (all little-endian)::
 
@@ -86,9 +88,11 @@ __all__ = [
     "WORK_PER_BYTE",
     "WORK_SLACK",
     "Envelope",
+    "EnvelopeHead",
     "decode",
     "encode",
     "error_response",
+    "peek",
     "peek_method",
     "response_to",
 ]
@@ -132,12 +136,17 @@ class Envelope:
         responses, unknown methods).
     error_message : str
         Non-empty marks an error response.
+    sent_ns : int
+        u64: the producer's monotonic clock in ns (the clock of the header's
+        ``heartbeat_ns``) when it pushed the entry; 0 = not stamped. Two
+        stamps from one host give an exact request -> response latency.
     """
 
     method: MethodId | int
     correlation_id: int
     payload: object | None = None
     error_message: str = ""
+    sent_ns: int = 0
 
     def __post_init__(self) -> None:
         method = self.method
@@ -445,20 +454,21 @@ def _build_schema() -> tuple[dict[type, _TableDesc], dict[type, int], tuple[type
         (env.AddPayloadType, "PrependUint8Slot", 2),
         (env.AddPayload, "PrependUOffsetTRelativeSlot", 3),
         (env.AddErrorMessage, "PrependUOffsetTRelativeSlot", 4),
+        (env.AddSentNs, "PrependUint64Slot", 5),
     ]
     for fn, prepend, slot in layout:
         calls = _probe(fn, 0)
         if len(calls) != 1 or calls[0][0] != prepend or calls[0][1][0] != slot:
             raise _drift(f"Envelope: {fn.__name__} does {calls}, expected {prepend} in slot {slot}")
-    if _probe(env.Start) != [("StartObject", (5,))]:
-        raise _drift("Envelope must have exactly 5 slots")
+    if _probe(env.Start) != [("StartObject", (6,))]:
+        raise _drift("Envelope must have exactly 6 slots")
     return tables, index, tuple(union)
 
 
 _TABLES, _UNION_INDEX, _UNION = _build_schema()
 _ENV = _gen("Envelope")
 
-_ENV_METHOD, _ENV_CORRELATION, _ENV_PAYLOAD_TYPE, _ENV_PAYLOAD, _ENV_ERROR = range(5)
+_ENV_METHOD, _ENV_CORRELATION, _ENV_PAYLOAD_TYPE, _ENV_PAYLOAD, _ENV_ERROR, _ENV_SENT = range(6)
 
 
 # ---------------------------------------------------------------------------
@@ -643,8 +653,10 @@ def encode(env: Envelope) -> bytes:
     Parameters
     ----------
     env : Envelope
-        ``method`` must fit a u16 and ``correlation_id`` a u64; ``payload``
-        must be ``None`` or an instance of ``messages.PAYLOAD_OF[method]``.
+        ``method`` must fit a u16, ``correlation_id`` and ``sent_ns`` a u64;
+        ``payload`` must be ``None`` or an instance of
+        ``messages.PAYLOAD_OF[method]``. ``sent_ns == 0`` is not written (the
+        schema default), so an unstamped envelope keeps its old size.
 
     Returns
     -------
@@ -669,6 +681,10 @@ def encode(env: Envelope) -> bytes:
             correlation = _int(env.correlation_id, _SCALARS["ulong"])
         except _Bad as exc:
             raise exc.at("correlation_id") from None
+        try:
+            sent = _int(env.sent_ns, _SCALARS["ulong"])
+        except _Bad as exc:
+            raise exc.at("sent_ns") from None
         payload = env.payload
         payload_off = None
         if payload is not None:
@@ -691,6 +707,8 @@ def encode(env: Envelope) -> bytes:
         _ENV.Start(b)
         _ENV.AddMethod(b, method)
         _ENV.AddCorrelationId(b, correlation)
+        if sent:
+            _ENV.AddSentNs(b, sent)
         if payload_off is not None:
             _ENV.AddPayloadType(b, _UNION_INDEX[type(payload)])
             _ENV.AddPayload(b, payload_off)
@@ -879,7 +897,7 @@ def _as_bytes(buf: bytes | bytearray | memoryview) -> bytes:
     raise TypeError(f"expected bytes, bytearray or memoryview, not {type(buf).__name__}")
 
 
-def _header(r: _Reader) -> tuple[_Tab, int, int, str]:
+def _header(r: _Reader) -> tuple[_Tab, int, int, str, int]:
     tab = r.root()
     where = "method"
     try:
@@ -891,9 +909,12 @@ def _header(r: _Reader) -> tuple[_Tab, int, int, str]:
         where = "error_message"
         at = r.field(tab, _ENV_ERROR, 4)
         error = r.string(r.target(at)) if at >= 0 else ""
+        where = "sent_ns"
+        at = r.field(tab, _ENV_SENT, 8)
+        sent = _U64.unpack_from(r.buf, at)[0] if at >= 0 else 0
     except _Bad as exc:
         raise exc.at(where) from None
-    return tab, method, correlation, error
+    return tab, method, correlation, error, sent
 
 
 def _known(method: int) -> MethodId | int:
@@ -923,7 +944,7 @@ def decode(buf: bytes | bytearray | memoryview) -> Envelope:
     """
     r = _Reader(_as_bytes(buf))
     try:
-        tab, method, correlation, error = _header(r)
+        tab, method, correlation, error, sent = _header(r)
         try:
             at = r.field(tab, _ENV_PAYLOAD_TYPE, 1)
         except _Bad as exc:
@@ -952,14 +973,66 @@ def decode(buf: bytes | bytearray | memoryview) -> Envelope:
         raise EnvelopeError(f"cannot decode envelope: {exc.render()}") from None
     except struct.error as exc:  # a read the checks above should have refused
         raise EnvelopeError(f"cannot decode envelope: unchecked read ({exc})") from None
-    return Envelope(_known(method), correlation, payload, error)
+    return Envelope(_known(method), correlation, payload, error, sent)
+
+
+class EnvelopeHead(typing.NamedTuple):
+    """The envelope fields a traffic log needs, read without the payload.
+
+    Attributes
+    ----------
+    method : MethodId or int
+        A :class:`MethodId` when known, else the raw ``int``.
+    correlation_id : int
+        The u64 a response echoes.
+    error_message : str
+        Non-empty marks an error response.
+    sent_ns : int
+        The producer's monotonic push time in ns; 0 = not stamped.
+    """
+
+    method: MethodId | int
+    correlation_id: int
+    error_message: str
+    sent_ns: int
+
+
+def peek(buf: bytes | bytearray | memoryview) -> EnvelopeHead:
+    """Read ``method``, ``correlation_id``, ``error_message`` and ``sent_ns`` only.
+
+    Cheaper than :func:`decode` (the payload is neither verified nor built),
+    still bounds-checked; for traffic logs.
+
+    Parameters
+    ----------
+    buf : bytes, bytearray or memoryview
+        The ring entry's payload.
+
+    Returns
+    -------
+    EnvelopeHead
+        The four fields; absent ones read as the schema default (0 or ``""``).
+
+    Raises
+    ------
+    EnvelopeError
+        The envelope table itself is malformed.
+    """
+    r = _Reader(_as_bytes(buf))
+    try:
+        _tab, method, correlation, error, sent = _header(r)
+    except _Bad as exc:
+        raise EnvelopeError(f"cannot decode envelope: {exc.render()}") from None
+    except struct.error as exc:
+        raise EnvelopeError(f"cannot decode envelope: unchecked read ({exc})") from None
+    return EnvelopeHead(_known(method), correlation, error, sent)
 
 
 def peek_method(buf: bytes | bytearray | memoryview) -> tuple[MethodId | int, int, str]:
     """Read only ``method``, ``correlation_id`` and ``error_message``.
 
-    Cheaper than :func:`decode` (the payload is neither verified nor built),
-    still bounds-checked; for traffic logs.
+    The first three fields of :func:`peek`, kept for callers that unpack
+    three values.
 
     Parameters
     ----------
@@ -977,14 +1050,8 @@ def peek_method(buf: bytes | bytearray | memoryview) -> tuple[MethodId | int, in
     EnvelopeError
         The envelope table itself is malformed.
     """
-    r = _Reader(_as_bytes(buf))
-    try:
-        _tab, method, correlation, error = _header(r)
-    except _Bad as exc:
-        raise EnvelopeError(f"cannot decode envelope: {exc.render()}") from None
-    except struct.error as exc:
-        raise EnvelopeError(f"cannot decode envelope: unchecked read ({exc})") from None
-    return _known(method), correlation, error
+    head = peek(buf)
+    return head.method, head.correlation_id, head.error_message
 
 
 # ---------------------------------------------------------------------------

@@ -36,20 +36,34 @@ step advances by at least 8 bytes and stops at ``write_pos``, so a hostile
 ring costs at most ``capacity / 8`` steps and allocates at most what it holds.
 
 A tap (:class:`RingTap`) reads a ring it does not own and never writes a byte.
-It keeps its own cursor, decodes the entries up to ``write_pos`` and then
-re-reads ``write_pos``: if ``write_pos_now - cursor > capacity`` the producer
-lapped it while or before it copied, so it reports the bytes it missed and
-resynchronises to ``write_pos`` instead of returning overwritten bytes.
+It keeps its own cursor ``c`` (always an entry boundary) and, each poll:
 
-That check alone misses one race: a push that is written but not yet
-published can already overwrite the oldest bytes of the tap's window. The
-push that may be in flight starts at ``write_pos`` and ends no further than
-the largest wrap-plus-entry from there, nor past ``read_pos + capacity - 8``
-(the producer's own limit). When the tap's cursor is within that reach of
-being lapped, the copy is *held back* (not returned) until ``write_pos``
-moves: a moved ``write_pos`` proves that push published, and the same lap
-check then decides whether the held copy is clean. A tap ahead of the
-consumer, or far enough from a lap, never waits.
+1. loads ``write_pos`` (w1) and copies the data of ``[c, w1)`` into a private
+   buffer laid out like the ring, so nothing it decodes can change under it;
+2. re-reads ``read_pos`` (r2), then ``write_pos`` (w2);
+3. decides which copied bytes are provably intact. A position ``p`` is
+   intact if ``p >= r2``: the producer writes only below
+   ``read_pos + capacity - 8`` (as it read ``read_pos``, which only grows), so
+   only positions below r2 can have been overwritten while the tap copied.
+   It is also intact if ``p + capacity`` lies beyond the furthest position
+   the push that may be in flight at w2 can reach: the largest entry
+   (``capacity/2`` bytes), after a wrap skip when it would not fit before the
+   end of the data. Every earlier push is published, so it ended before w2;
+4. decodes the private copy from the first entry whose position and framing
+   are proven: ``c`` itself when every copied byte is intact, else r2 (an
+   entry boundary: the consumer's own position) when r2 lies in the copy,
+   else nothing (``w1`` is the next known boundary). The bytes skipped are
+   reported as missed, never decoded; entries are delivered at once, never
+   held back waiting for the producer.
+
+Bytes that could have been overwritten always form a prefix of the copy, so
+a result is: missed bytes, then messages in push order. A producer that ran
+more than a capacity past the cursor (seen at w1 or w2, with nothing
+deliverable) is a lap: the tap reports ``w - c`` missed bytes and moves to
+``w``. A corrupt entry among intact bytes is real corruption: reported, and
+the tap resynchronises to w2. An entry whose bytes are intact but whose
+start is only known through possibly overwritten length words is *not*
+intact: following overwritten lengths could land mid-entry.
 """
 
 from __future__ import annotations
@@ -400,10 +414,13 @@ class TapResult:
     Attributes
     ----------
     messages : list of bytes
-        Payloads, oldest first, each a private copy.
+        Payloads, oldest first, each a private copy, none of them possibly
+        overwritten.
     missed_bytes : int
         Ring bytes skipped without decoding: overwritten by a producer that
-        lapped the tap, or from a corrupt entry up to ``write_pos``.
+        lapped the tap, copied but not provably intact (they precede
+        ``messages``), or from a corrupt entry up to ``write_pos`` (after
+        ``messages``).
     corrupt : str or None
         Why the tap resynchronised, when the ring (not a lap) was at fault.
     """
@@ -413,12 +430,15 @@ class TapResult:
     corrupt: str | None = None
 
 
-@dataclass(frozen=True)
-class _Held:
-    seen: int  # write_pos read after the copy
-    messages: list[bytes]
-    rel: int  # bytes decoded past the cursor
-    bad: _Bad | None
+def _snapshot(src: memoryview, dst: memoryview, idx: int, n: int) -> None:
+    """Copy ``n`` ring bytes starting at data index ``idx`` into ``dst`` at the same indices (wrapping)."""
+    cap = len(src)
+    end = idx + n
+    if end <= cap:
+        dst[idx:end] = src[idx:end]
+    else:
+        dst[idx:cap] = src[idx:cap]
+        dst[: end - cap] = src[: end - cap]
 
 
 class RingTap(_Ring):
@@ -446,28 +466,20 @@ class RingTap(_Ring):
     def __init__(self, buf: Any, offset: int, capacity: int, start: int | None = None) -> None:
         super().__init__(buf, offset, capacity, writable=False)
         self._cursor = self._pos[0] if start is None else start & _M32
-        self._held: _Held | None = None
+        self._copy: memoryview | None = None  # private image of the data area, made on first use
 
     @property
     def cursor(self) -> int:
         """Position of the next entry the tap will decode."""
         return self._cursor
 
-    @property
-    def held(self) -> int:
-        """Ring bytes past the cursor whose copy is held back until ``write_pos`` moves, 0 if none.
-
-        See the module docstring: the copy may overlap a push not yet published.
-        """
-        return 0 if self._held is None else (self._held.seen - self._cursor) & _M32
-
     def poll(self, max_messages: int | None = None) -> TapResult:
-        """Decode what was published since the last poll (at most ``max_messages`` entries).
+        """Return what was published since the last poll (at most ``max_messages`` entries).
 
-        Never raises on ring contents: laps and corruption are reported in the
-        result and the cursor moves to ``write_pos``. Messages held back by an
-        earlier poll are returned as soon as ``write_pos`` has moved, in one
-        result bounded by that earlier poll's ``max_messages``.
+        Never raises on ring contents and never waits: entries the producer
+        cannot have overwritten are returned now, bytes it could have
+        overwritten are counted in ``missed_bytes`` (see the module
+        docstring), laps and corruption are reported in the result.
 
         Raises
         ------
@@ -480,61 +492,55 @@ class RingTap(_Ring):
         pos = self._pos
         c = self._cursor
         w = pos[0]
-        held = self._held
-        if held is not None:
-            if w == held.seen:
-                return TapResult()
-            self._held = None
-            if not held.rel <= (w - c) & _M32 <= self.capacity:
-                return self._jump(c, w)
-            return self._settle(c, held.messages, held.rel, held.bad, w)
         if w == c:
             return TapResult()
         avail = (w - c) & _M32
-        if avail > self.capacity or (w | c) & 7:
+        cap = self.capacity
+        if avail > cap or (w | c) & 7:
             return self._jump(c, w)
-        data, cap = self._data, self.capacity
+        copy = self._copy
+        if copy is None:
+            copy = self._copy = memoryview(bytearray(cap))
+        _snapshot(self._data, copy, c & self._mask, avail)
+        r2 = pos[1]
+        w2 = pos[0]
+        ahead = (w2 - c) & _M32
+        if ahead < avail or ahead > _HALF32 or w2 & 7:
+            return self._jump(c, w2)
+        skip = self._unproven(c, w2, r2, avail)
+        if skip == avail and ahead > cap:
+            return self._jump(c, w2)  # lapped, and nothing in the copy is provably intact
         out: list[bytes] = []
-        rel = 0
-        bad: _Bad | None = None
+        rel = skip
         while rel < avail and len(out) < limit:
             try:
-                payload, rel = _decode(data, cap, c, rel, avail)
-            except _Bad as b:
-                bad = b
-                break
+                payload, rel = _decode(copy, cap, c, rel, avail)
+            except _Bad as bad:
+                at = (c + bad.rel) & _M32
+                self._cursor = w2
+                return TapResult(
+                    out,
+                    skip + ((w2 - at) & _M32),
+                    f"{self._where()}: at position {at}: {bad.reason}; tap resynchronised to write_pos {w2}",
+                )
             out.append(payload)
-        w2 = pos[0]
-        r2 = pos[1]
-        if not avail <= (w2 - c) & _M32 <= cap:
-            return self._jump(c, w2)
-        if not self._clear(c, w2, r2):
-            self._held = _Held(w2, out, rel, bad)
-            return TapResult()
-        return self._settle(c, out, rel, bad, w2)
+        self._cursor = (c + rel) & _M32
+        return TapResult(out, skip, None)
 
-    def _clear(self, c: int, w: int, r: int) -> bool:
-        """True when no push that may be in flight at ``w`` can reach back to ``c``."""
+    def _unproven(self, c: int, w2: int, r2: int, avail: int) -> int:
+        """Bytes after ``c`` to skip: up to the first entry boundary from which every copied byte is intact."""
         cap = self.capacity
         half = cap >> 1
-        tail = cap - (w & self._mask)
-        reach = half if tail >= half else tail + half  # the largest entry, after a wrap if needed
-        used = (w - r) & _M32
-        if used <= cap and not r & 7:
-            reach = min(reach, cap - 8 - used)  # the producer never passes read_pos + cap - 8
-        return (w - c) & _M32 <= cap - reach
-
-    def _settle(self, c: int, messages: list[bytes], rel: int, bad: _Bad | None, w: int) -> TapResult:
-        if bad is None:
-            self._cursor = (c + rel) & _M32
-            return TapResult(messages, 0, None)
-        at = (c + bad.rel) & _M32
-        self._cursor = w
-        return TapResult(
-            messages,
-            (w - at) & _M32,
-            f"{self._where()}: at position {at}: {bad.reason}; tap resynchronised to write_pos {w}",
-        )
+        tail = cap - (w2 & self._mask)
+        reach = half if tail >= half else tail + half  # the largest in-flight push, wrap skip included
+        if ((w2 - c) & _M32) + reach <= cap:
+            return 0  # no push that may be in flight at w2 reaches back to c
+        if (w2 - r2) & _M32 > cap or r2 & 7:
+            return avail  # read_pos cannot be right: write_pos is the next boundary known
+        rb = (r2 - c) & _M32
+        if rb > _HALF32:
+            return 0  # the consumer is behind the cursor: nothing copied lies below r2
+        return min(rb, avail)
 
     def _jump(self, c: int, w: int) -> TapResult:
         """Resynchronise to ``w`` when the distance from the cursor cannot be decoded."""

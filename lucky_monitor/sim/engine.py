@@ -8,7 +8,9 @@ One thread does everything, in :meth:`ReferenceEngine.tick`:
 
 1. refresh ``heartbeat_ns`` (every 50 ms at most, so at least 10x/s even idle);
 2. serve the main c2s ring (trainer requests) and the tools c2s ring (monitor
-   requests); answer on the matching s2c ring with the same correlation id;
+   requests); answer on the matching s2c ring with the same correlation id,
+   every response and stream push stamped with ``sent_ns`` (the heartbeat's
+   clock) as it is pushed;
 3. if a trainer is attached (``client_pid != 0``) and ``action_seq ==
    frame_seq`` it is the engine's turn: read actions, apply and clear reset
    flags, step, write obs/rewards/dones/truncateds, render images under the
@@ -32,7 +34,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -136,6 +138,11 @@ class _Refused(Exception):
     """A request the engine answers with an error envelope."""
 
 
+def _stamped(env: Envelope) -> bytes:
+    """Encode ``env`` for a push now, ``sent_ns`` from the ``heartbeat_ns`` clock (LAYOUT §10.1)."""
+    return encode(replace(env, sent_ns=time.monotonic_ns()))
+
+
 class _Pair:
     """One request ring and its response ring, plus telemetry-stream state."""
 
@@ -146,7 +153,7 @@ class _Pair:
         self.telemetry: tuple[int, int, int] | None = None  # (env, decimation, correlation id)
         self.corrupt = 0
         self.dropped_pushes = 0
-        self.backlog: bytes | None = None  # a response waiting for room on the full response ring
+        self.backlog: Envelope | None = None  # a response waiting for room on the full response ring
 
 
 class ReferenceEngine:
@@ -421,7 +428,7 @@ class ReferenceEngine:
     def _flush(pair: _Pair) -> bool:
         """Try to send the response held back by a full ring; True once it is out."""
         try:
-            pair.responses.push(pair.backlog)
+            pair.responses.push(_stamped(pair.backlog))
         except RingFull:
             return False
         pair.backlog = None
@@ -468,18 +475,19 @@ class ReferenceEngine:
 
     def _reply(self, pair: _Pair, env: Envelope) -> None:
         """Send a response; if the ring is full, hold it back (never drop it, never block the loop)."""
-        data = encode(env)
+        data = _stamped(env)
         if len(data) > max_payload(pair.responses.capacity):
-            data = encode(Envelope(env.method, env.correlation_id, None, "response too large for the ring"))
+            env = Envelope(env.method, env.correlation_id, None, "response too large for the ring")
+            data = _stamped(env)
         try:
             pair.responses.push(data)
         except RingFull:
-            pair.backlog = data  # retried every tick; serve_commands reads no more requests until it is out
+            pair.backlog = env  # retried every tick (stamped again when it goes out); no requests read meanwhile
 
     def _push(self, pair: _Pair, env: Envelope) -> None:
         """Unsolicited stream frames are droppable: a full ring loses the frame, not the engine."""
         try:
-            pair.responses.push(encode(env))
+            pair.responses.push(_stamped(env))
         except RingFull:
             pair.dropped_pushes += 1
 

@@ -187,7 +187,8 @@ class SharedMemoryClient:
         """Send one request on the main ring and wait for its response."""
         cid = self._next_cid
         self._next_cid += 1
-        self._requests.push(encode(Envelope(method, cid, payload, "")))
+        # sent_ns: the heartbeat's clock at the push, so a tap sees the exact round trip.
+        self._requests.push(encode(Envelope(method, cid, payload, "", time.monotonic_ns())))
         t0 = time.perf_counter()
         while True:
             raw = self._responses.pop()

@@ -1,5 +1,9 @@
 """The command-traffic table: every envelope seen on the four rings, newest last.
 
+Latency is the exact difference of the two ``sent_ns`` stamps; a response whose
+latency is unknown (a stamp missing, its request not seen) reads "unknown",
+with the reason as a tooltip, never "0.0 ms".
+
 A view of Ticks: the window hands each tick's new entries and tap counts to
 :meth:`TrafficView.add`; :meth:`TrafficView.refresh` (a few times a second)
 rebuilds the table only when something changed. The footer's per-ring counts
@@ -21,6 +25,7 @@ from ..core.traffic import TrafficEntry
 from . import palette as pal
 
 COLUMNS = ("time", "direction", "method", "correlation", "bytes", "latency", "error")
+UNKNOWN_LATENCY = "unknown"
 
 
 class TrafficModel(QtCore.QAbstractTableModel):
@@ -71,9 +76,13 @@ class TrafficModel(QtCore.QAbstractTableModel):
             if col == 4:
                 return str(e.size)
             if col == 5:
-                return "" if e.latency_s is None else ms_text(e.latency_s)
+                if e.latency_s is not None:
+                    return ms_text(e.latency_s, 3)
+                return UNKNOWN_LATENCY if e.unknown_latency else ""
             if col == 6:
                 return e.error or ""
+        if role == Qt.ItemDataRole.ToolTipRole and col == 5 and e.latency_s is None and e.unknown_latency:
+            return f"latency unknown: {e.unknown_latency}"
         if role == Qt.ItemDataRole.ForegroundRole and e.error:
             return self._error_brush
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (0, 3, 4, 5):
@@ -176,8 +185,11 @@ class TrafficView(QtWidgets.QWidget):
                 text += f" (missed {st.missed_bytes[ring]} B)"
             if st.corrupt.get(ring):
                 text += f" ({st.corrupt[ring]} corrupt)"
+            if st.undecodable.get(ring):
+                text += f" ({st.undecodable[ring]} undecodable)"
             parts.append(text)
         footer = "   ".join(parts) + f"   shown {self.model.rowCount()} of {len(self.entries)}"
         if st.last_problem:
             footer += f"\nlast problem: {st.last_problem}"
         self.stats_label.setText(footer)
+        self.stats_label.setToolTip(st.last_problem or "")

@@ -19,7 +19,16 @@ from hypothesis import strategies as st
 
 from lucky_monitor.protocol import envelope as E
 from lucky_monitor.protocol import messages as m
-from lucky_monitor.protocol.envelope import Envelope, decode, encode, error_response, peek_method, response_to
+from lucky_monitor.protocol.envelope import (
+    Envelope,
+    EnvelopeHead,
+    decode,
+    encode,
+    error_response,
+    peek,
+    peek_method,
+    response_to,
+)
 from lucky_monitor.protocol.errors import EnvelopeError, LuckyMonitorError
 
 GEN = "lucky_monitor._generated.hazel.rpc"
@@ -81,6 +90,7 @@ def envelopes(cls: type, method: m.MethodId) -> st.SearchStrategy[Envelope]:
         st.integers(0, 2**64 - 1),
         strategy(cls),
         st.text(max_size=8),
+        st.one_of(st.just(0), st.integers(0, 2**64 - 1)),
     )
 
 
@@ -136,7 +146,7 @@ def gen_decode(buf: bytes) -> Envelope:
         obj.Init(table.Bytes, table.Pos)
         payload = gen_read(obj, getattr(m, name))
     err = env.ErrorMessage()
-    return Envelope(env.Method(), env.CorrelationId(), payload, "" if err is None else err.decode())
+    return Envelope(env.Method(), env.CorrelationId(), payload, "" if err is None else err.decode(), env.SentNs())
 
 
 # ---------------------------------------------------------------------------
@@ -233,6 +243,7 @@ def test_round_trip_and_generated_reader_agree(method: m.MethodId, cls: type) ->
         assert decode(memoryview(bytearray(buf))) == env
         assert gen_decode(buf) == env  # flatc's reader sees the same values
         assert peek_method(buf) == (method, env.correlation_id, env.error_message)
+        assert peek(buf) == (method, env.correlation_id, env.error_message, env.sent_ns)
 
     check()
 
@@ -429,6 +440,47 @@ def test_oracle_entities_enum_and_error_envelope() -> None:
     assert got == Envelope(m.MethodId.ListCamerasResp, 99, None, "service Camera is disabled")
     assert got.is_error
     assert peek_method(bytes(b.Output())) == (m.MethodId.ListCamerasResp, 99, "service Camera is disabled")
+
+
+def test_sent_ns_is_appended_last_and_optional() -> None:
+    # An envelope from a producer built before sent_ns existed reads as "not stamped".
+    old = _raw_envelope(m.MethodId.GetServicesReq, 0, with_table=False)
+    assert decode(old).sent_ns == 0
+    assert peek(old) == EnvelopeHead(m.MethodId.GetServicesReq, 5, "", 0)
+    # Unstamped envelopes do not grow; a stamp costs one u64 slot and travels exactly.
+    plain = encode(Envelope(m.MethodId.GetServicesReq, 5))
+    stamped = encode(Envelope(m.MethodId.GetServicesReq, 5, sent_ns=2**64 - 1))
+    assert len(plain) < len(stamped) <= len(plain) + 16
+    assert decode(stamped).sent_ns == peek(stamped).sent_ns == 2**64 - 1
+    # An older reader (the slot numbers it knows) still finds every other field.
+    assert peek_method(stamped) == (m.MethodId.GetServicesReq, 5, "")
+
+
+@pytest.mark.parametrize("bad", [-1, 2**64, 1.5, "1"])
+def test_sent_ns_out_of_range_is_refused(bad: object) -> None:
+    with pytest.raises(EnvelopeError, match="sent_ns"):
+        encode(Envelope(m.MethodId.GetServicesReq, 5, sent_ns=bad))  # type: ignore[arg-type]
+
+
+def test_sent_ns_field_outside_its_table_is_refused() -> None:
+    b = flatbuffers.Builder(0)
+    env = gen("Envelope")
+    env.Start(b)
+    env.AddMethod(b, m.MethodId.GetServicesReq)
+    env.AddSentNs(b, 123)
+    b.Finish(env.End(b))
+    buf = bytearray(b.Output())
+    assert peek(bytes(buf)).sent_ns == 123
+    # Point the sent_ns vtable slot past the end of the table.
+    (root,) = struct.unpack_from("<I", buf, 0)
+    (soff,) = struct.unpack_from("<i", buf, root)
+    vt = root - soff
+    _vt_size, t_size = struct.unpack_from("<HH", buf, vt)
+    struct.pack_into("<H", buf, vt + 4 + 2 * 5, t_size)
+    with pytest.raises(EnvelopeError, match="sent_ns"):
+        peek(bytes(buf))
+    with pytest.raises(EnvelopeError, match="sent_ns"):
+        decode(bytes(buf))
 
 
 def test_unknown_trailing_fields_are_ignored() -> None:

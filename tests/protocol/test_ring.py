@@ -278,7 +278,7 @@ def test_interleaved_producer_consumer_and_a_tap_that_sees_what_the_consumer_see
 
     def tap_poll(k: int | None = None) -> None:
         res = tap.poll(k)
-        assert res.missed_bytes == 0 and res.corrupt is None and tap.held == 0
+        assert res.missed_bytes == 0 and res.corrupt is None
         tapped.extend(res.messages)
 
     n = 0
@@ -321,35 +321,42 @@ def test_interleaved_producer_consumer_and_a_tap_that_sees_what_the_consumer_see
 @given(start=start_strategy, ops=ops_strategy)
 def test_a_lagging_tap_never_yields_wrong_or_reordered_data(start, ops):
     """Whatever the schedule: every tapped message is the true payload, in push order,
-    consecutive unless the same poll reported missed bytes; a valid ring is never called corrupt."""
+    consecutive unless the same poll reported missed bytes; a valid ring is never called corrupt;
+    every byte the cursor passes is either in a delivered entry or counted as missed."""
     cap = 256
     buf = make_buf(cap, start)
     w, r, tap = RingWriter(buf, OFF, cap), RingReader(buf, OFF, cap), RingTap(buf, OFF, cap)
     pushed: list[bytes] = []
+    spans: list[int] = []  # ring bytes each push took, wrap skip included
     last = -1
     gap_allowed = False
     missed_total = 0
 
-    def check(res: TapResult) -> None:
+    def check(res: TapResult, before: int) -> None:
         nonlocal last, gap_allowed, missed_total
         assert res.corrupt is None
+        gap_allowed = gap_allowed or res.missed_bytes > 0  # missed bytes precede the messages
         for m in res.messages:
             k = index_of(m)
             assert k < len(pushed) and m == pushed[k]
             assert k == last + 1 or (gap_allowed and k > last)
             last, gap_allowed = k, False
-        if res.missed_bytes:
-            missed_total += res.missed_bytes
-            gap_allowed = True
+        missed_total += res.missed_bytes
+        assert res.missed_bytes % 8 == 0
+        delivered = sum(spans[index_of(m)] for m in res.messages)
+        assert (tap.cursor - before) & M32 == res.missed_bytes + delivered  # nothing hidden
 
     def push(size: int) -> None:
         p = payload_for(len(pushed), size)
         try:
+            w0 = w.write_pos
             w.push(p)
         except RingFull:
             r.drain()
+            w0 = w.write_pos
             w.push(p)
         pushed.append(p)
+        spans.append((w.write_pos - w0) & M32)
 
     for op, arg in ops:
         if op == "push":
@@ -359,18 +366,95 @@ def test_a_lagging_tap_never_yields_wrong_or_reordered_data(start, ops):
         elif op == "drain":
             r.drain(arg)
         else:
-            check(tap.poll(arg or None))
-    # Flush: a moved write_pos releases whatever is held back.
-    for _ in range(10):
-        r.drain()
-        check(tap.poll())
-        if tap.held == 0 and tap.cursor == w.write_pos:
-            break
-        push(8)
-    assert tap.held == 0 and tap.cursor == w.write_pos
+            c0 = tap.cursor
+            check(tap.poll(arg or None), c0)
+    # A quiet producer: one poll catches up, whatever the consumer did; nothing is held back.
+    r.drain()
+    c0 = tap.cursor
+    check(tap.poll(), c0)
+    assert tap.cursor == w.write_pos
+    assert tap.poll() == TapResult([], 0, None)
     if missed_total == 0:
         assert last == len(pushed) - 1  # saw every message
     assert missed_total % 8 == 0
+
+
+race_ops = st.lists(
+    st.one_of(st.tuples(st.just("push"), st.integers(4, 120)), st.tuples(st.just("drain"), st.integers(0, 4))),
+    max_size=8,
+)
+race_strategy = st.lists(
+    st.tuples(race_ops, race_ops, race_ops, st.one_of(st.none(), st.integers(4, 120))),
+    max_size=40,
+)
+
+
+@HYP
+@given(start=start_strategy, rounds=race_strategy)
+def test_a_tap_racing_producer_and_consumer_never_yields_overwritten_data(start, rounds):
+    """Producer and consumer run between the tap's read of write_pos and its copy, during the copy
+    (a push written but not yet published), and between the copy and the re-read; every delivered
+    message is still the true payload, in order, and every skipped byte is counted."""
+    cap = 256
+    buf = make_buf(cap, start)
+    w, r = RingWriter(buf, OFF, cap), RingReader(buf, OFF, cap)
+    tap = RingTap(buf, OFF, cap)
+    pushed: list[bytes] = []
+    spans: list[int] = []
+    real = ring_mod._snapshot
+    last = -1
+    gap_allowed = False
+
+    def run(ops) -> None:
+        for op, arg in ops:
+            if op == "drain":
+                r.drain(arg or None)
+                continue
+            p = payload_for(len(pushed), arg)
+            w0 = w.write_pos
+            try:
+                w.push(p)
+            except RingFull:
+                continue
+            pushed.append(p)
+            spans.append((w.write_pos - w0) & M32)
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for setup, before, after, in_flight in rounds:
+            run(setup)
+            unpublished: int | None = None
+
+            def racing_snapshot(src, dst, idx, n, before=before, after=after, in_flight=in_flight):
+                nonlocal unpublished
+                run(before)  # published after the tap read write_pos, before it copied
+                if in_flight is not None:  # written but not published while the tap copies
+                    wp = w.write_pos
+                    n0 = len(pushed)
+                    run([("push", in_flight)])
+                    if len(pushed) > n0:
+                        unpublished = w.write_pos
+                        struct.pack_into("<I", buf, OFF, wp)
+                real(src, dst, idx, n)
+                if unpublished is None:
+                    run(after)
+
+            monkeypatch.setattr(ring_mod, "_snapshot", racing_snapshot)
+            c0 = tap.cursor
+            res = tap.poll()
+            if unpublished is not None:
+                struct.pack_into("<I", buf, OFF, unpublished)
+            assert res.corrupt is None
+            gap_allowed = gap_allowed or res.missed_bytes > 0
+            for m in res.messages:
+                k = index_of(m)
+                assert k < len(pushed) and m == pushed[k]
+                assert k == last + 1 or (gap_allowed and k > last)
+                last, gap_allowed = k, False
+            delivered = sum(spans[index_of(m)] for m in res.messages)
+            assert (tap.cursor - c0) & M32 == res.missed_bytes + delivered
+    r.drain()
+    res = tap.poll()
+    assert res.corrupt is None and tap.cursor == w.write_pos
 
 
 # ---------------------------------------------------------------- tap specifics
@@ -408,34 +492,132 @@ def test_tap_that_falls_behind_by_more_than_capacity_reports_the_lap():
 
 
 def test_tap_lapped_while_copying_returns_nothing_overwritten(monkeypatch):
-    """The producer laps the tap between its decode and its re-read of write_pos."""
+    """The producer laps the tap between its copy and its re-read of the positions."""
     cap = 256
     buf = make_buf(cap)
     w, r = RingWriter(buf, OFF, cap), RingReader(buf, OFF, cap)
     tap = RingTap(buf, OFF, cap)
     for i in range(4):
         w.push(payload_for(i, 28))
-    real = ring_mod._decode
-    calls = 0
+    real = ring_mod._snapshot
 
-    def racing_decode(*args):
-        nonlocal calls
-        calls += 1
-        if calls == 2:  # after the first entry was copied, the producer runs a lap
+    def racing_snapshot(*args):
+        real(*args)
+        r.drain()  # the consumer takes everything, then the producer runs a lap
+        for i in range(100, 112):
+            w.push(payload_for(i, 60))
             r.drain()
-            for i in range(100, 112):
-                w.push(payload_for(i, 60))
-                r.drain()
-        return real(*args)
 
-    monkeypatch.setattr(ring_mod, "_decode", racing_decode)
+    monkeypatch.setattr(ring_mod, "_snapshot", racing_snapshot)
     res = tap.poll()
-    assert res.messages == [] and res.missed_bytes > cap and res.corrupt is None
+    assert res.messages == [] and res.missed_bytes == positions(buf)[0] > cap and res.corrupt is None
     assert tap.cursor == positions(buf)[0]
 
 
-def test_tap_holds_a_copy_an_unpublished_push_may_have_overwritten():
-    """Bytes written by a push whose write_pos is not stored yet are not returned as old messages."""
+def test_entries_at_or_past_read_pos_are_delivered_even_when_the_producer_ran_ahead(monkeypatch):
+    """Consumer mid-way through the tap's copy, producer lapping the cursor meanwhile: what lies at
+    or past read_pos cannot have been overwritten, so it is delivered; the rest is missed."""
+    cap = 256
+    buf = make_buf(cap)
+    w, r = RingWriter(buf, OFF, cap), RingReader(buf, OFF, cap)
+    tap = RingTap(buf, OFF, cap)
+    msgs = [payload_for(i, 28) for i in range(6)]  # 6 * 32 bytes
+    for p in msgs:
+        w.push(p)
+    real = ring_mod._snapshot
+
+    def racing_snapshot(*args):
+        real(*args)
+        assert r.drain(3) == msgs[:3]  # read_pos 96
+        w.push(payload_for(50, 60))  # 64 bytes into 192..256: overwrites nothing the consumer has not read
+        w.push(payload_for(51, 28))  # 32 bytes at 256..288 = indices 0..32: overwrites message 0
+
+    monkeypatch.setattr(ring_mod, "_snapshot", racing_snapshot)
+    res = tap.poll()
+    assert res == TapResult(msgs[3:], 96, None)
+    assert tap.cursor == 192
+    monkeypatch.setattr(ring_mod, "_snapshot", real)
+    assert tap.poll().messages == [payload_for(50, 60), payload_for(51, 28)]
+
+
+def _joint_state_envelopes(n: int, joints: int) -> list:
+    from lucky_monitor.protocol import messages as m
+    from lucky_monitor.protocol.envelope import Envelope
+
+    return [
+        Envelope(
+            m.MethodId.GetJointStateResp,
+            100 + i,
+            m.GetJointStateResp(env_id=i, frame_seq=i, positions=(0.5,) * joints, velocities=(0.25,) * joints),
+            sent_ns=10**12 + i,
+        )
+        for i in range(n)
+    ]
+
+
+def test_quiet_producer_after_a_drain_is_delivered_on_the_first_poll():
+    """A burst the consumer already took shows on the tap's next poll, with no further push."""
+    from lucky_monitor.protocol.envelope import decode, encode
+
+    cap = 4096
+    buf = make_buf(cap)
+    w, r = RingWriter(buf, OFF, cap), RingReader(buf, OFF, cap)
+    tap = RingTap(buf, OFF, cap)
+    envs = _joint_state_envelopes(13, 2)
+    for env in envs:
+        w.push(encode(env))
+    assert w.write_pos < cap // 2  # no push from here can reach back to the burst
+    assert len(r.drain()) == 13 and w.used == 0
+    res = tap.poll()
+    assert res.missed_bytes == 0 and res.corrupt is None
+    assert [decode(p) for p in res.messages] == envs
+    assert all(tap.poll() == TapResult([], 0, None) for _ in range(100))
+
+
+def test_tap_never_holds_a_drained_burst_back():
+    """Regression: 13 envelopes pushed and drained on a 4 KiB ring, write_pos past the middle: the
+    tap returned nothing for 100 polls, waiting for write_pos to move. Now the first poll accounts
+    for every byte at once: delivered if provably intact, else reported as missed."""
+    from lucky_monitor.protocol.envelope import decode, encode
+
+    cap = 4096
+    buf = make_buf(cap)
+    w, r = RingWriter(buf, OFF, cap), RingReader(buf, OFF, cap)
+    tap = RingTap(buf, OFF, cap)
+    envs = _joint_state_envelopes(13, 12)
+    spans = []
+    for env in envs:
+        w0 = w.write_pos
+        w.push(encode(env))
+        spans.append(w.write_pos - w0)
+    assert w.write_pos > cap // 2  # a maximal wrapping push could overwrite the burst's first half
+    assert len(r.drain()) == 13 and w.used == 0
+    res = tap.poll()
+    assert res.corrupt is None and tap.cursor == w.write_pos
+    got = [decode(p) for p in res.messages]
+    assert got == envs[len(envs) - len(got) :]  # whatever is delivered is the true tail of the burst
+    assert res.missed_bytes + sum(spans[len(envs) - len(got) :]) == w.write_pos
+    assert all(tap.poll() == TapResult([], 0, None) for _ in range(100))
+    w.push(b"next")
+    assert tap.poll() == TapResult([b"next"], 0, None)
+
+
+@pytest.mark.parametrize("drained", [0, 2, 4])
+def test_tap_behind_a_drained_consumer_delivers_when_no_push_can_reach_back(drained):
+    cap = 256
+    buf = make_buf(cap)
+    w, r = RingWriter(buf, OFF, cap), RingReader(buf, OFF, cap)
+    tap = RingTap(buf, OFF, cap)
+    msgs = [payload_for(i, 28) for i in range(4)]  # write_pos 128: a maximal push reaches index 256 at most
+    for p in msgs:
+        w.push(p)
+    r.drain(drained)
+    assert tap.poll() == TapResult(msgs, 0, None)
+
+
+def test_entries_a_push_in_flight_could_have_overwritten_are_missed_not_decoded():
+    """Bytes written by a push whose write_pos is not stored yet are never returned as old messages,
+    nor called corruption: they are counted as missed, and the tap does not wait."""
     cap = 256
     buf = make_buf(cap)
     w, r = RingWriter(buf, OFF, cap), RingReader(buf, OFF, cap)
@@ -445,40 +627,20 @@ def test_tap_holds_a_copy_an_unpublished_push_may_have_overwritten():
     assert r.drain() == [payload_for(i, 36) for i in range(4)]
     wp = positions(buf)[0]
     # A wrapping push in flight: marker at 160 and a 120-byte entry at index 0 are written,
-    # write_pos is not yet stored.
+    # write_pos is not yet stored. Its length word now sits where message 0's was.
     w.push(payload_for(99, 116))
     published = positions(buf)[0]
     set_positions(buf, wp, wp)
     res = tap.poll()
-    assert res.messages == [] and tap.held > 0  # the first entries are garbage now: held, not returned
+    assert res == TapResult([], wp, None)  # nothing decoded from the overwritten bytes
+    assert tap.cursor == wp
     set_positions(buf, published, wp)  # the push is published
-    res = tap.poll()
-    assert res.messages == [] and res.missed_bytes == published and res.corrupt is None
-    assert tap.poll().messages == []
+    assert tap.poll() == TapResult([payload_for(99, 116)], 0, None)
     w.push(b"next")
     assert tap.poll().messages == [b"next"]
 
 
-def test_held_copy_is_released_once_write_pos_moves_without_a_lap():
-    cap = 256
-    buf = make_buf(cap)
-    w, r = RingWriter(buf, OFF, cap), RingReader(buf, OFF, cap)
-    tap = RingTap(buf, OFF, cap)
-    msgs = [payload_for(i, 36) for i in range(4)]
-    for p in msgs:
-        w.push(p)
-    r.drain()  # consumer caught up, write_pos just past the middle: a big push could reach back
-    res = tap.poll()
-    assert res == TapResult([], 0, None) and tap.held == 160
-    assert tap.poll() == TapResult([], 0, None)  # nothing moved: still held, nothing re-read
-    w.push(b"small")  # 16 bytes, no wrap: does not reach the held bytes
-    assert tap.poll(max_messages=0) == TapResult([], 0, None)
-    assert tap.poll().messages == msgs
-    assert tap.poll().messages == [b"small"]
-    assert tap.held == 0
-
-
-def test_corruption_seen_in_a_held_copy_is_reported_once_write_pos_moves():
+def test_garbage_where_a_push_could_reach_is_missed_not_corrupt():
     cap = 256
     buf = make_buf(cap)
     w, r = RingWriter(buf, OFF, cap), RingReader(buf, OFF, cap)
@@ -486,13 +648,25 @@ def test_corruption_seen_in_a_held_copy_is_reported_once_write_pos_moves():
     for i in range(4):
         w.push(payload_for(i, 36))
     r.drain()
-    struct.pack_into("<I", buf, OFF + 8 + 80, 0)  # third entry's length := 0
-    assert tap.poll() == TapResult([], 0, None) and tap.held == 160
+    struct.pack_into("<I", buf, OFF + 8 + 80, 0)  # third entry's length := 0, as a racing push might leave it
+    assert tap.poll() == TapResult([], 160, None) and tap.cursor == 160
     w.push(b"small")
+    assert tap.poll().messages == [b"small"]
+
+
+def test_corruption_past_read_pos_is_reported_at_once():
+    cap = 256
+    buf = make_buf(cap)
+    w, r = RingWriter(buf, OFF, cap), RingReader(buf, OFF, cap)
+    tap = RingTap(buf, OFF, cap)
+    for i in range(4):
+        w.push(payload_for(i, 36))
+    r.drain(1)  # read_pos 40: entries 1.. cannot have been overwritten
+    struct.pack_into("<I", buf, OFF + 8 + 80, 0)  # third entry's length := 0
     res = tap.poll()
-    assert res.messages == [payload_for(0, 36), payload_for(1, 36)]
-    assert "length 0" in res.corrupt and res.missed_bytes == 176 - 80
-    assert tap.cursor == 176 and tap.held == 0
+    assert res.messages == [payload_for(1, 36)]
+    assert "length 0" in res.corrupt and res.missed_bytes == 40 + (160 - 80)
+    assert tap.cursor == 160
 
 
 def test_negative_max_messages_is_a_caller_error():
@@ -775,13 +949,13 @@ def test_cross_process_producer_consumer_and_tap():
         while len(got) < N_CROSS:
             res = tap.poll()
             assert res.corrupt is None
+            gap_allowed = gap_allowed or res.missed_bytes > 0  # missed bytes precede the messages
             for m in res.messages:
                 k = struct.unpack_from("<I", m)[0]
                 assert m == cross_payload(k)
                 assert k == last_tapped + 1 or (gap_allowed and k > last_tapped)
                 last_tapped, gap_allowed = k, False
                 tapped += 1
-            gap_allowed = gap_allowed or res.missed_bytes > 0
             batch = reader.drain()
             got += batch
             if not batch:

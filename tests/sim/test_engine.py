@@ -24,11 +24,11 @@ from lucky_monitor.cli import main as cli_main
 from lucky_monitor.core.commands import CommandClient
 from lucky_monitor.protocol import header as hdr
 from lucky_monitor.protocol import messages as m
-from lucky_monitor.protocol.envelope import Envelope, decode, encode
+from lucky_monitor.protocol.envelope import Envelope, decode, encode, peek
 from lucky_monitor.protocol.errors import LuckyMonitorError, RemoteError, ToolsChannelUnavailable
 from lucky_monitor.protocol.header import HEADER_SIZE, Header
 from lucky_monitor.protocol.messages import MethodId
-from lucky_monitor.protocol.ring import RingReader, RingWriter
+from lucky_monitor.protocol.ring import RingReader, RingTap, RingWriter
 from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
 from lucky_monitor.sim.physics import STATE_FEATURES
 from lucky_monitor.sim.render import CAMERAS, Renderer
@@ -379,6 +379,35 @@ def test_main_ring_requests(make_engine) -> None:
         assert info.nq == 2
 
 
+def test_every_producer_stamps_sent_ns_from_the_heartbeat_clock(make_engine, tools_for) -> None:
+    """Trainer and monitor requests and engine responses carry sent_ns; a tap gets exact latencies."""
+    eng = make_engine(image=None)
+    tools = tools_for(eng)
+    with Segment.attach(eng.name) as seg:
+        h = seg.header
+        taps = {
+            ("main", "c2s"): RingTap(seg.buf, h.cmd_c2s_offset, h.cmd_ring_size),
+            ("main", "s2c"): RingTap(seg.buf, h.cmd_s2c_offset, h.cmd_ring_size),
+            ("tools", "c2s"): RingTap(seg.buf, h.tools_c2s_offset, h.tools_ring_size),
+            ("tools", "s2c"): RingTap(seg.buf, h.tools_s2c_offset, h.tools_ring_size),
+        }
+        before = time.monotonic_ns()
+        tools.client.send(MethodId.GetServicesReq, m.GetServicesReq())
+        eng.serve_commands()
+        with serving(eng), SharedMemoryClient(eng.name, timeout_s=10) as tr:
+            tr.get_schema()
+        after = time.monotonic_ns()
+        assert after - 10**9 < eng.seg.counter("heartbeat_ns") <= after  # the same clock
+        heads = {key: [peek(raw) for raw in tap.poll().messages] for key, tap in taps.items()}
+    for key, got in heads.items():
+        assert got, key
+        assert all(before <= x.sent_ns <= after for x in got), (key, got)
+    for pair in ("main", "tools"):
+        sent = {x.correlation_id: x.sent_ns for x in heads[(pair, "c2s")]}
+        for resp in heads[(pair, "s2c")]:
+            assert resp.sent_ns >= sent[resp.correlation_id]
+
+
 # ---------------------------------------------------------------------------- images
 @pytest.mark.parametrize(("fmt", "bottom_up"), [("rgb", False), ("bgr", True), ("gray", False), ("rgba", True)])
 def test_images_match_a_second_renderer(make_engine, fmt: str, bottom_up: bool) -> None:
@@ -625,6 +654,7 @@ def test_a_full_response_ring_never_stalls_the_engine_and_loses_nothing(make_eng
             break
     assert got == sent  # every request answered exactly once, in order
     assert eng.pairs[1].dropped_pushes == 0
+    assert eng.pairs[1].backlog is None
 
 
 # ---------------------------------------------------------------------------- handlers

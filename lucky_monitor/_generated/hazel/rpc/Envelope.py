@@ -66,8 +66,18 @@ class Envelope(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # The producer's monotonic clock (the `heartbeat_ns` clock: CLOCK_MONOTONIC, QPC on
+    # Windows) in ns when it pushed the entry; 0 = not stamped. Appended last, so older
+    # readers and writers stay compatible.
+    # Envelope
+    def SentNs(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
 def EnvelopeStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(6)
 
 def Start(builder):
     EnvelopeStart(builder)
@@ -101,6 +111,12 @@ def EnvelopeAddErrorMessage(builder, errorMessage):
 
 def AddErrorMessage(builder, errorMessage):
     EnvelopeAddErrorMessage(builder, errorMessage)
+
+def EnvelopeAddSentNs(builder, sentNs):
+    builder.PrependUint64Slot(5, sentNs, 0)
+
+def AddSentNs(builder, sentNs):
+    EnvelopeAddSentNs(builder, sentNs)
 
 def EnvelopeEnd(builder):
     return builder.EndObject()
