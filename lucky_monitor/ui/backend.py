@@ -604,7 +604,7 @@ class MonitorBackend(QObject):
             gpu = "none"
         self._set(
             serverPid=float(h.server_pid),
-            mode=Mode.name_of(h.mode) + (" (homogeneous envs)" if h.mode == Mode.TRAINING else ""),
+            mode=Mode.name_of(h.mode),
             numEnvs=h.num_envs,
             obsSize=h.obs_size,
             actSize=h.act_size,

@@ -96,7 +96,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.panel = make_quick_widget(self.backend, "RpcPanel", self)
         self.panel.setMinimumWidth(340)
         self.draw_form = make_quick_widget(self.backend, "DebugDraw", self)
-        self.draw_form.setMinimumWidth(320)
+        # The form's own width: a narrower dock would clip its fields.
+        self.draw_form.setMinimumWidth(max(320, int(self.draw_form.rootObject().implicitWidth())))
         self.traffic = TrafficView()
         self._dock("RPC panel", self.panel, Qt.DockWidgetArea.LeftDockWidgetArea)
         self._dock("Debug draw", self.draw_form, Qt.DockWidgetArea.RightDockWidgetArea)
