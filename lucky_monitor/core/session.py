@@ -674,7 +674,11 @@ class MonitorSession:
         self._repeat = ("", 0.0)
         self._release("monitor closed")
         self._link.close()
+        self._link._set(LinkState.SEARCHING, "monitor closed")
         self._traffic = None
+        self._header = None
+        self._buffers = TileBuffers()
+        self._tools = ToolsState(reason="monitor closed")
         self._closed = True
 
     # ------------------------------------------------------------ internals: attach

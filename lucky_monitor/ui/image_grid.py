@@ -545,6 +545,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._sync_columns_spin()
         self.labels.set_tiler(tiler)
         self._update_labels()
+        self._selection = tuple(e for e in self._selection if e < n)
         if self._selected is not None and self._selected >= n:
             self._selected = None
         self._needs_fit = True

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from lucky_monitor.core.session import DisplayOptions
 from lucky_monitor.core.tiler import FrameMeta, Tiler, TilerError
 from lucky_monitor.ui.image_grid import ImageGridError, ImageGridWidget, array_to_qimage
+from tests.ui.ticks import image_frame
 
 
 def tile_center_on_viewport(widget: ImageGridWidget, env: int) -> QtCore.QPoint:
@@ -156,23 +158,23 @@ def test_hover_readout(grid_widget, solid_images, qtbot):
     images = images.copy()
     images[4, 7, 3] = (255, 0, 0)
     grid_widget.set_frame(images)
-    assert grid_widget.readout_at(18 + 3, 18 + 7) == "env 4  x 3 y 7  rgb(255, 0, 0)"
+    assert grid_widget.readout_at(18 + 3, 18 + 7) == "env 4  x 3 y 7  shown rgb(255, 0, 0)"
     assert grid_widget.readout_at(16.5, 3) == ""
 
     target = grid_widget.graphics.mapFromScene(grid_widget.view_box.mapViewToScene(QtCore.QPointF(18 + 3.5, 18 + 7.5)))
     with qtbot.waitSignal(grid_widget.hover_changed, timeout=2000) as blocker:
         qtbot.mouseMove(grid_widget.graphics.viewport(), target)
-    assert blocker.args == ["env 4  x 3 y 7  rgb(255, 0, 0)"]
-    assert grid_widget.hover_label.text() == "env 4  x 3 y 7  rgb(255, 0, 0)"
+    assert blocker.args == ["env 4  x 3 y 7  shown rgb(255, 0, 0)"]
+    assert grid_widget.hover_label.text() == "env 4  x 3 y 7  shown rgb(255, 0, 0)"
 
     # the readout follows new frames while the mouse rests
     images[4, 7, 3] = (1, 2, 3)
     with qtbot.waitSignal(grid_widget.hover_changed, timeout=2000) as blocker:
         grid_widget.set_frame(images)
-    assert blocker.args == ["env 4  x 3 y 7  rgb(1, 2, 3)"]
+    assert blocker.args == ["env 4  x 3 y 7  shown rgb(1, 2, 3)"]
 
     grid_widget.alpha_check.setChecked(True)
-    assert grid_widget.readout_at(18 + 3, 18 + 7) == "env 4  x 3 y 7  rgba(1, 2, 3, 255)"
+    assert grid_widget.readout_at(18 + 3, 18 + 7) == "env 4  x 3 y 7  shown rgba(1, 2, 3, 255)"
 
 
 def test_controls_replan_and_reformat(grid_widget, solid_images):
@@ -203,6 +205,16 @@ def test_controls_replan_and_reformat(grid_widget, solid_images):
 def test_geometry_change_replans_and_clears_a_stale_selection(grid_widget, solid_images):
     grid_widget.set_frame(solid_images(16, 8, 8))
     grid_widget.select_env(15)
+    grid_widget.set_frame(solid_images(4, 12, 10))
+    assert (grid_widget.tiler.num_envs, grid_widget.tiler.height, grid_widget.tiler.width) == (4, 12, 10)
+    assert grid_widget.selected_env is None and not grid_widget.highlight.isVisible()
+    assert grid_widget.selection == ()
+    with pytest.raises(TilerError):
+        grid_widget.select_env(4)
+
+
+def test_geometry_change_replans_and_bad_batches_are_refused(grid_widget, solid_images):
+    grid_widget.set_frame(solid_images(16, 8, 8))
     grid_widget.set_frame(solid_images(4, 12, 10))
     assert (grid_widget.tiler.num_envs, grid_widget.tiler.height, grid_widget.tiler.width) == (4, 12, 10)
     assert grid_widget.selected_env is None and not grid_widget.highlight.isVisible()
@@ -349,3 +361,200 @@ def test_torn_copy_never_reaches_the_screen(grid_widget):
     grid_widget.copy_frame(good)
     grid_widget.present()
     assert (grid_widget.tiler.grid[y0 : y0 + 8, x0 : x0 + 8] == 200).all()
+
+
+# ---------------------------------------------------------------------------
+# a session's grid: show_image with hand-made ImageFrames
+# ---------------------------------------------------------------------------
+
+
+def test_show_image_wraps_the_session_grid_and_refits_on_geometry_change(grid_widget, solid_images, monkeypatch):
+    fits = []
+    reset_zoom = grid_widget.reset_zoom
+    monkeypatch.setattr(grid_widget, "reset_zoom", lambda: (fits.append(1), reset_zoom())[1])
+    images = solid_images(16, 8, 8)
+    frame = image_frame(images, image_seq=7, image_frame_seq=14)
+    grid_widget.show_image(frame, torn=3)
+    assert grid_widget.tiler is frame.layout
+    assert grid_widget.image_item.image.ctypes.data == frame.grid.ctypes.data  # shown in place, not copied
+    assert fits == [1]
+    assert grid_widget.status_label.text() == "16 envs 8x8  image_seq 7  image_frame_seq 14  torn copies skipped 3"
+    assert viewport_rgb(grid_widget, tile_center_on_viewport(grid_widget, 5)) == tuple(images[5, 0, 0])
+    assert grid_widget.columns_spin.maximum() == frame.layout.max_columns()
+
+    # Same geometry, the other buffer: no re-fit, the user's zoom stays.
+    grid_widget.view_box.setRange(QtCore.QRectF(0, 0, 12, 12), padding=0)
+    zoom = grid_widget.view_box.viewRange()
+    grid_widget.show_image(image_frame(images[::-1].copy(), image_seq=8, image_frame_seq=16))
+    assert fits == [1] and grid_widget.view_box.viewRange() == zoom
+    assert viewport_rgb(grid_widget, tile_center_on_viewport(grid_widget, 0)) == tuple(images[15, 0, 0])
+
+    # Other columns: re-fit, and the spin box shows what the session applied (without asking again).
+    asked = []
+    grid_widget.display_changed.connect(asked.append)
+    two = image_frame(images, options=DisplayOptions(columns=2))
+    grid_widget.show_image(two)
+    assert fits == [1, 1] and grid_widget.columns_spin.value() == 2
+    vr = grid_widget.view_box.viewRange()
+    assert vr[0][0] <= 0 and vr[0][1] >= two.layout.grid_width and vr[1][1] >= two.layout.grid_height
+    grid_widget.show_image(image_frame(images, options=DisplayOptions(show_alpha=True)))  # RGBA grid
+    assert fits == [1, 1, 1] and grid_widget.columns_spin.value() == 0
+    assert asked == []
+
+    # Fewer envs: re-fit, and a selection past the end is dropped.
+    grid_widget.select_env(15)
+    small = image_frame(solid_images(4, 12, 10))
+    grid_widget.show_image(small)
+    assert fits == [1, 1, 1, 1]
+    assert (grid_widget.tiler.num_envs, grid_widget.tiler.height, grid_widget.tiler.width) == (4, 12, 10)
+    assert grid_widget.selected_env is None and grid_widget.selection == ()
+    assert not grid_widget.highlight.isVisible()
+
+    # Nothing to show: say why; the next image re-fits.
+    grid_widget.clear_image("engine exports no images")
+    assert grid_widget.status_label.text() == "engine exports no images"
+    assert grid_widget.tiler is None and grid_widget.image_item.image is None
+    assert grid_widget.readout_at(3, 3) == ""
+    with pytest.raises(ImageGridError):
+        grid_widget.save_grid_png("unused.png")
+    grid_widget.show_image(small)
+    assert fits == [1, 1, 1, 1, 1]
+
+
+def test_controls_in_session_mode_ask_the_session_and_do_not_retile(grid_widget, solid_images, monkeypatch):
+    frame = image_frame(solid_images(16, 8, 8))
+    grid_widget.show_image(frame)
+    before = frame.grid.copy()
+    calls = {"tile": 0, "setImage": 0}
+    tile, set_image = Tiler.tile, grid_widget.image_item.setImage
+
+    def counting_tile(self, *a, **k):
+        calls["tile"] += 1
+        return tile(self, *a, **k)
+
+    def counting_set_image(*a, **k):
+        calls["setImage"] += 1
+        return set_image(*a, **k)
+
+    monkeypatch.setattr(Tiler, "tile", counting_tile)
+    monkeypatch.setattr(grid_widget.image_item, "setImage", counting_set_image)
+    asked: list[DisplayOptions] = []
+    grid_widget.display_changed.connect(asked.append)
+
+    grid_widget.flip_check.setChecked(True)
+    assert asked == [DisplayOptions(flip_rows=True)]
+    grid_widget.channel_combo.setCurrentIndex(1)
+    assert asked[-1] == DisplayOptions(flip_rows=True, swap_rb=True)
+    grid_widget.alpha_check.setChecked(True)
+    assert asked[-1] == DisplayOptions(flip_rows=True, swap_rb=True, show_alpha=True)
+    grid_widget.columns_spin.setValue(2)
+    assert asked[-1] == DisplayOptions(columns=2, flip_rows=True, swap_rb=True, show_alpha=True)
+    assert len(asked) == 4  # one request per change
+    assert grid_widget.display_options() == asked[-1]
+
+    # The widget only asked: the session's grid and layout are untouched until its next frame.
+    assert calls == {"tile": 0, "setImage": 0}
+    np.testing.assert_array_equal(frame.grid, before)
+    assert frame.layout.columns_setting is None and frame.layout.columns == 4
+    assert grid_widget.tiler is frame.layout
+
+    # The session's answer arrives as a frame made with the options.
+    answer = image_frame(solid_images(16, 8, 8), options=asked[-1])
+    calls["tile"] = 0  # the session tiled it, not the widget
+    grid_widget.show_image(answer)
+    assert calls == {"tile": 0, "setImage": 1}
+    assert grid_widget.tiler is answer.layout and answer.layout.columns == 2 and answer.grid.shape[2] == 4
+    assert len(asked) == 4  # showing it asks nothing
+
+
+def test_set_selection_highlights_every_env(grid_widget, solid_images, qtbot):
+    grid_widget.show_image(image_frame(solid_images(9, 16, 16)))
+    t = grid_widget.tiler
+    selected = []
+    grid_widget.env_selected.connect(selected.append)
+
+    def rect_of(env):
+        x0, y0 = t.tile_origin(env)
+        return QtCore.QRectF(x0, y0, t.width, t.height)
+
+    def extras():
+        return [item for item in grid_widget._extra_highlights if item.isVisible()]
+
+    grid_widget.set_selection((1, 3))
+    assert grid_widget.selection == (1, 3) and grid_widget.selected_env == 3
+    assert grid_widget.highlight.isVisible() and grid_widget.highlight.rect() == rect_of(3)
+    assert grid_widget.highlight.pen().style() == QtCore.Qt.PenStyle.SolidLine
+    (extra,) = extras()
+    assert extra.rect() == rect_of(1) and extra.pen().style() == QtCore.Qt.PenStyle.DashLine
+    settle(grid_widget)
+
+    grid_widget.set_selection((2,))
+    assert grid_widget.highlight.rect() == rect_of(2) and extras() == []
+    grid_widget.set_selection([0, 99, -1, 8])  # out of range dropped
+    assert grid_widget.selection == (0, 8) and grid_widget.highlight.rect() == rect_of(8)
+    assert [item.rect() for item in extras()] == [rect_of(0)]
+    grid_widget.set_selection(())
+    assert grid_widget.selected_env is None and not grid_widget.highlight.isVisible() and extras() == []
+    assert selected == []  # the session's selection is shown, not announced again
+
+    # A plain click selects one env and announces it; a Ctrl-click adds one, and both are highlighted.
+    viewport = grid_widget.graphics.viewport()
+    qtbot.mouseClick(viewport, QtCore.Qt.MouseButton.LeftButton, pos=tile_center_on_viewport(grid_widget, 4))
+    assert selected == [4] and grid_widget.selection == (4,)
+    qtbot.wait(300)  # not a double click
+    qtbot.mouseClick(
+        viewport,
+        QtCore.Qt.MouseButton.LeftButton,
+        QtCore.Qt.KeyboardModifier.ControlModifier,
+        pos=tile_center_on_viewport(grid_widget, 6),
+    )
+    assert selected == [4, 6] and grid_widget.selection == (4, 6)
+    assert grid_widget.highlight.rect() == rect_of(6) and [item.rect() for item in extras()] == [rect_of(4)]
+
+
+def test_readout_says_shown_and_stored_values(grid_widget, solid_images, qtbot):
+    images = solid_images(9, 16, 16).copy()
+    images[4, 7, 3] = (10, 20, 200)  # as stored
+    at = (18 + 3, 18 + 7)
+
+    grid_widget.show_image(image_frame(images, src_format="rgb"))
+    assert grid_widget.readout_at(*at) == "env 4  x 3 y 7  shown rgb(10, 20, 200)"  # nothing changed: one value
+
+    grid_widget.show_image(image_frame(images, src_format="bgr"))
+    assert grid_widget.readout_at(*at) == "env 4  x 3 y 7  shown rgb(200, 20, 10)  stored bgr(10, 20, 200)"
+
+    grid_widget.channel_combo.setCurrentIndex(1)  # asks the session; its next frame is swapped
+    grid_widget.show_image(image_frame(images, src_format="rgb", options=DisplayOptions(swap_rb=True)))
+    assert grid_widget.readout_at(*at) == (
+        "env 4  x 3 y 7  shown rgb(200, 20, 10)  stored rgb(10, 20, 200)  (R↔B swapped for display)"
+    )
+    grid_widget.show_image(image_frame(images, src_format="bgr", options=DisplayOptions(swap_rb=True)))
+    assert grid_widget.readout_at(*at) == (
+        "env 4  x 3 y 7  shown rgb(10, 20, 200)  stored bgr(10, 20, 200)  (R↔B swapped for display)"
+    )
+
+    grid_widget.channel_combo.setCurrentIndex(0)
+    gray = np.full((9, 16, 16), 30, np.uint8)
+    gray[4, 7, 3] = 77
+    grid_widget.show_image(image_frame(gray))
+    assert grid_widget.readout_at(*at) == "env 4  x 3 y 7  shown rgb(77, 77, 77)  stored gray(77)"
+
+    # Rows stored bottom-up: the tile is shown upright, and the stored value is the same pixel's.
+    flipped = images[:, ::-1].copy()
+    grid_widget.show_image(image_frame(flipped, src_format="bgr", bottom_up=True))
+    assert grid_widget.readout_at(*at) == "env 4  x 3 y 7  shown rgb(200, 20, 10)  stored bgr(10, 20, 200)"
+
+    # The hover label says the same.
+    settle(grid_widget)
+
+    def on_viewport(x, y):
+        return grid_widget.graphics.mapFromScene(grid_widget.view_box.mapViewToScene(QtCore.QPointF(x, y)))
+
+    # First elsewhere (a move to where an earlier test left the cursor may be dropped), then past
+    # pyqtgraph's limit on mouse-move rate.
+    with qtbot.waitSignal(grid_widget.hover_changed, timeout=2000):
+        qtbot.mouseMove(grid_widget.graphics.viewport(), on_viewport(1.5, 1.5))
+    qtbot.wait(100)
+    with qtbot.waitSignal(grid_widget.hover_changed, timeout=2000) as blocker:
+        qtbot.mouseMove(grid_widget.graphics.viewport(), on_viewport(at[0] + 0.5, at[1] + 0.5))
+    assert blocker.args == ["env 4  x 3 y 7  shown rgb(200, 20, 10)  stored bgr(10, 20, 200)"]
