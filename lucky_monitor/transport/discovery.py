@@ -218,7 +218,8 @@ def list_segments(prefix: str = DEFAULT_PREFIX) -> list[SegmentInfo]:
             info = _info(name, shm_path(name))
             if info is not None:
                 found.append(info)
-    found.sort(key=lambda i: (i.started if i.started is not None else i.mtime, i.name), reverse=True)
+    # Newest engine session first; segments of one engine process by their last write.
+    found.sort(key=lambda i: (i.started if i.started is not None else i.mtime, i.mtime, i.name), reverse=True)
     return found
 
 
