@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up .venv if needed, then run every check: ruff, the import contracts,
+# Set up .venv if needed, then run every check: ruff, the import contracts, mypy,
 # the QML type description's freshness and qmllint, and the whole pytest suite
 # (GUI tests run offscreen; no display needed).
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
@@ -7,6 +7,8 @@ echo "== ruff" >&2
 ruff check lucky_monitor tests benchmarks scripts
 echo "== import contracts" >&2
 lint-imports
+echo "== mypy" >&2
+mypy
 echo "== QML types and qmllint" >&2
 python scripts/gen_qmltypes.py --check
 python scripts/qmllint.py

@@ -14,10 +14,14 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..protocol.envelope import Envelope, decode, encode
 from ..protocol.errors import CommandTimeout, EnvelopeError, RemoteError, RingCorrupt
 from ..protocol.messages import MethodId, method_name
+
+if TYPE_CHECKING:
+    from ..transport.tools import ToolsChannel
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,8 @@ class CommandClient:
         Pending requests older than this are reported as timed out.
     """
 
-    def __init__(self, channel, *, timeout_s: float = 2.0, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, channel: ToolsChannel, *, timeout_s: float = 2.0,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.channel = channel
         self.timeout_s = timeout_s
         self.clock = clock

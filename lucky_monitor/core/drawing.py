@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 from ..protocol.errors import LuckyMonitorError
 from ..protocol.messages import Arrow, Color, DrawReq, Line, Vec3, VelocityCommand
@@ -70,7 +71,9 @@ def number(value: object, field: str) -> float:
     try:
         x = float(value)
     except OverflowError:  # an int beyond any float
-        raise DrawInputError(f"{field}: an integer of {len(str(abs(int(value))))} digits is outside the float32 "
+        # int() takes any Real, but typeshed's numbers.Real matches none of its overloads
+        digits = len(str(abs(int(value))))  # type: ignore[call-overload]
+        raise DrawInputError(f"{field}: an integer of {digits} digits is outside the float32 "
                              f"range (±{FLOAT32_MAX:.7g})") from None
     if not math.isfinite(x):
         raise DrawInputError(f"{field}: {x} is not a finite number")
@@ -82,7 +85,7 @@ def number(value: object, field: str) -> float:
 def _numbers(values: object, counts: tuple[int, ...], field: str, names: str) -> tuple[float, ...]:
     if isinstance(values, str | bytes) or not isinstance(values, Sequence):
         try:
-            values = tuple(values)  # type: ignore[call-overload]
+            values = tuple(cast(Iterable[object], values))
         except TypeError:
             raise DrawInputError(f"{field}: expected {_counts(counts, names)}, got {values!r}") from None
     if len(values) not in counts:

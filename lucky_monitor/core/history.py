@@ -207,7 +207,7 @@ def ring_count_since(t_ring: np.ndarray, held: int, count: int, cutoff: float) -
     int
         How many of the newest entries are at or after ``cutoff``.
     """
-    cap = t_ring.shape[0]
+    cap: int = t_ring.shape[0]
     end = count % cap
     if count <= cap:
         return held - int(np.searchsorted(t_ring[:held], cutoff, side="left"))
@@ -571,7 +571,9 @@ class History:
         m = self._held_since(secs, self._t, min(count, self._cap))
         k = self._sel_ids.shape[0]
         sel_block = ring_tail(self._sel[:k], m, count, axis=1) if k else None
-        selected = {int(env): np.ascontiguousarray(sel_block[slot]) for slot, env in enumerate(self._sel_ids)}
+        selected = {} if sel_block is None else {
+            int(env): np.ascontiguousarray(sel_block[slot]) for slot, env in enumerate(self._sel_ids)
+        }
         if raster:
             rm = self._held_since(secs, self._raster_t, min(count, self._rcap))
             raster_rows = ring_tail(self._raster, rm, count)
@@ -695,7 +697,7 @@ class History:
             if hasattr(path_or_file, "write"):
                 write(path_or_file)  # type: ignore[arg-type]
             else:
-                with open(path_or_file, "w", newline="", encoding="utf-8") as handle:  # type: ignore[arg-type]
+                with open(path_or_file, "w", newline="", encoding="utf-8") as handle:
                     write(handle)
         except (OSError, TypeError, ValueError) as exc:
             raise HistoryError(f"cannot write CSV: {exc}") from exc

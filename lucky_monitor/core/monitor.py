@@ -137,8 +137,8 @@ class _Attached:
     pids_checked_at: float = -1e9
     client_pid: int = 0
     client_since: float = 0.0  # when client_pid last changed
-    samples: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
-    turns: collections.deque = field(default_factory=lambda: collections.deque(maxlen=120))
+    samples: collections.deque[tuple[float, int, int]] = field(default_factory=lambda: collections.deque(maxlen=256))
+    turns: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=120))
 
 
 class MonitorCore:

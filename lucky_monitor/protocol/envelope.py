@@ -388,7 +388,7 @@ def _build_table(cls: type, structs: dict[type, _StructDesc], tables: set[type])
 
 
 def _is_schema_default(fld: _Field) -> bool:
-    d = fld.default
+    d: object = fld.default
     if fld.kind == _SCALAR:
         return d == 0 and (type(d) in (bool, int, float) or fld.enum is not None)
     if fld.kind == _STRING:
@@ -584,7 +584,7 @@ def _encode_offsets(b: flatbuffers.Builder, fld: _Field, value: Any) -> int | No
         fld.start_vector(b, len(rows))
         for row in reversed(rows):
             fld.struct.create(b, *row)
-        return b.EndVector()
+        return typing.cast(int, b.EndVector())
     offsets: list[int] = []
     for i, item in enumerate(seq):
         try:
@@ -598,7 +598,7 @@ def _encode_offsets(b: flatbuffers.Builder, fld: _Field, value: Any) -> int | No
     fld.start_vector(b, len(offsets))
     for off in reversed(offsets):
         b.PrependUOffsetTRelative(off)
-    return b.EndVector()
+    return typing.cast(int, b.EndVector())
 
 
 def _struct_values(value: Any, desc: _StructDesc, index: int | None = None) -> list[float]:
@@ -778,6 +778,7 @@ class _Reader:
         entry = 4 + 2 * slot
         if entry + 2 > vt_size:
             return -1
+        off: int
         (off,) = _U16.unpack_from(self.buf, vt + entry)
         if off == 0:
             return -1
@@ -787,6 +788,7 @@ class _Reader:
 
     def target(self, at: int) -> int:
         """Follow the u32 offset stored at ``at``."""
+        rel: int
         (rel,) = _U32.unpack_from(self.buf, at)
         if rel == 0:
             raise _Bad(f"zero offset at {at}")

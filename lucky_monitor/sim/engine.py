@@ -35,6 +35,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -115,8 +116,7 @@ def plan_segment(cfg: EngineConfig, *, server_pid: int = 0, session_id: int = 1)
         the options that shrink it.
     """
     fmt_code = ImageFormat.from_label(cfg.fmt)
-    channels = fmt_code.channels
-    image = (cfg.image[0], cfg.image[1], channels) if cfg.image else None
+    image = (cfg.image[0], cfg.image[1], cfg.channels) if cfg.image else None
     header = hdr.plan(
         num_envs=cfg.num_envs,
         obs_size=cfg.obs_size,
@@ -227,7 +227,7 @@ class ReferenceEngine:
         self._idle_since = time.perf_counter()
         self._current_cid = 0
         self._image_buf: np.ndarray | None = None
-        self._handlers: dict[m.MethodId, Callable[[_Pair, object], object]] = self._make_handlers()
+        self._handlers: dict[m.MethodId, Callable[[_Pair, Any], object]] = self._make_handlers()
         try:
             self._publish_initial()
         except BaseException:
@@ -377,7 +377,7 @@ class ReferenceEngine:
         seg = self.seg
         if self.renderer is None or seg.images is None:
             return
-        if not force and not self.service_enabled(m.Service.CAMERA):
+        if not force and not self.service_enabled(Service.CAMERA):
             return
         now = time.monotonic()
         if not force and (
@@ -427,6 +427,7 @@ class ReferenceEngine:
     @staticmethod
     def _flush(pair: _Pair) -> bool:
         """Try to send the response held back by a full ring; True once it is out."""
+        assert pair.backlog is not None  # the callers check
         try:
             pair.responses.push(_stamped(pair.backlog))
         except RingFull:
@@ -492,7 +493,7 @@ class ReferenceEngine:
             pair.dropped_pushes += 1
 
     def _push_telemetry(self, frame: int) -> None:
-        if not self.service_enabled(m.Service.TELEMETRY):
+        if not self.service_enabled(Service.TELEMETRY):
             return
         for pair in self.pairs:
             if pair.telemetry is None:
@@ -527,7 +528,7 @@ class ReferenceEngine:
             raise _Refused(f"env_id {env_id} out of range 0..{self.sim.num_envs - 1}")
         return int(env_id)
 
-    def _make_handlers(self) -> dict[m.MethodId, Callable[[_Pair, object], object]]:
+    def _make_handlers(self) -> dict[m.MethodId, Callable[[_Pair, Any], object]]:
         M = m.MethodId
         return {
             M.GetAgentSchemaReq: self._get_agent_schema,
@@ -731,7 +732,7 @@ class ReferenceEngine:
         if self.renderer is None:
             raise _Refused("this engine has no image region to draw into")
         self.renderer.set_debug(req.lines, req.arrows, req.velocity_command, req.clear_previous)
-        if self.service_enabled(m.Service.CAMERA) and self.camera_fps >= 0:
+        if self.service_enabled(Service.CAMERA) and self.camera_fps >= 0:
             self.render_now()  # visible at once, even while paused or waiting for a trainer
         return m.DrawResp(success=True)
 

@@ -811,6 +811,7 @@ class Renderer:
             if fmt is ImageFormat.BGRA:
                 out[..., 3] = 255
         else:
+            assert self._gray is not None  # allocated for GRAY
             g = self._gray[: buf.shape[0]]
             np.multiply(src[..., 0], 77, out=g, dtype=np.uint16)
             g += src[..., 1].astype(np.uint16) * 150

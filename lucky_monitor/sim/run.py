@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import typing
 from collections.abc import Callable
 
 import numpy as np
@@ -214,7 +215,10 @@ def run_train(args: argparse.Namespace) -> int:
                 if now - t_report >= 1.0:
                     # Once a second, like a real training loop's logging: read one env's
                     # joint state over the command ring (traffic a monitor can see).
-                    joints = client.request(m.MethodId.GetJointStateReq, m.GetJointStateReq(env_id=0)).payload
+                    joints = typing.cast(
+                        m.GetJointStateResp,
+                        client.request(m.MethodId.GetJointStateReq, m.GetJointStateReq(env_id=0)).payload,
+                    )
                     if not args.quiet:
                         rate = (client.steps - steps_at_report) / (now - t_report)
                         print(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import os
 import time
+import typing
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,7 +214,9 @@ class SharedMemoryClient:
 
     def get_schema(self) -> m.GetAgentSchemaResp:
         """The agent's observation/action layout."""
-        return self.request(m.MethodId.GetAgentSchemaReq, m.GetAgentSchemaReq()).payload
+        return typing.cast(
+            m.GetAgentSchemaResp, self.request(m.MethodId.GetAgentSchemaReq, m.GetAgentSchemaReq()).payload
+        )
 
     def reset(self, env_ids=None, contract: m.SimulationContract | None = None) -> None:
         """Reset ``env_ids`` (all if ``None``) at the next step.

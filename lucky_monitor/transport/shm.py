@@ -493,7 +493,8 @@ class _Mapped:
         self._ctr: dict[str, memoryview] = {}
         for f in (*LIVE_FIELDS, "session_id"):
             off, code = hdr.OFFSET[f], hdr.CODE[f]
-            self._ctr[f] = self.buf[off : off + struct.calcsize(code)].cast(code)
+            # typeshed overloads memoryview.cast on literal format strings; code is one of them
+            self._ctr[f] = self.buf[off : off + struct.calcsize(code)].cast(code)  # type: ignore[call-overload]
         self._session = self._ctr.pop("session_id")
         n = h.num_envs
 
@@ -819,6 +820,7 @@ class EngineSegment(_Writable):
         check_segment_size(size)
         seg = cls.__new__(cls)
         kind = platform_kind()
+        opened: tuple[int | None, mmap.mmap]
         if kind == "dir":
             opened = _create_dir(name, header, size, exist_ok=exist_ok)
         elif kind == "posix":

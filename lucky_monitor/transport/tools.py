@@ -81,6 +81,8 @@ class ToolsChannel:
         The writable tools region (``tools_region_size`` bytes).
     """
 
+    pid: int  # set by claim()
+
     def __init__(self) -> None:  # use claim()
         self._mm: Any = None
         self._claimed = False

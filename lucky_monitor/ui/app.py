@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import typing
 
 from ..core.session import validate_name
 from ..protocol.errors import LuckyMonitorError, UsageError
@@ -83,13 +84,15 @@ def run_window(args: argparse.Namespace) -> int:
     from .main_window import MainWindow
     from .theme import apply_theme
 
-    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
+    # instance() is typed as QCoreApplication; here it can only be a QApplication
+    app = typing.cast(QtWidgets.QApplication | None, QtWidgets.QApplication.instance())
+    app = app or QtWidgets.QApplication([sys.argv[0]])
     app.setApplicationName("lucky-monitor")
     apply_theme(app)
     one_off = args.columns is not None or bool(args.screenshot)  # a one-off run never overwrites saved layout
     win = MainWindow(name, columns=args.columns, persist=not one_off)
     win.show()
-    result = {"error": None}
+    result: dict[str, str | None] = {"error": None}
 
     def finish() -> None:
         if args.screenshot:

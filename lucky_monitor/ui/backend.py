@@ -452,7 +452,7 @@ class MonitorBackend(QObject):
         """The services list's model (:class:`ServiceListModel`)."""
         return self._services
 
-    @Property("QVariantList", constant=True)
+    @Property("QVariantList", constant=True)  # type: ignore[arg-type]  # a type name: the stub wants a type
     def simModeNames(self) -> list[str]:
         """``["realtime", "deterministic", "fast"]``: index = ``sim_mode``."""
         return list(SimMode.labels())

@@ -70,7 +70,7 @@ def array_to_qimage(image: np.ndarray) -> QtGui.QImage:
 def _save_png(image: np.ndarray, path: str | PathLike[str]) -> None:
     qimage = array_to_qimage(image)
     target = str(path)
-    if not qimage.save(target, "PNG"):
+    if not qimage.save(target, "PNG"):  # type: ignore[call-overload]  # the stub wants bytes; str works
         raise ImageGridError(f"cannot write PNG {target!r}")
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import typing
 
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
@@ -169,10 +170,10 @@ class MainWindow(QtWidgets.QMainWindow):
         split = s.value("window/splitter")
         if isinstance(split, QtCore.QByteArray):
             self.splitter.restoreState(split)
-        cols = columns if columns is not None else s.value("grid/columns", 0, type=int)
+        cols = columns if columns is not None else typing.cast(int, s.value("grid/columns", 0, type=int))
         self.grid.columns_spin.setValue(int(cols or 0))
         self._wanted_columns = int(cols or 0)
-        seconds = s.value("plots/window_seconds", None)
+        seconds: typing.Any = s.value("plots/window_seconds", None)
         if seconds is not None:
             with contextlib.suppress(ValueError, TypeError, LuckyMonitorError):  # a stale setting is ignored
                 self.plots.set_window_seconds(float(seconds))
@@ -305,7 +306,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _save_dir(self) -> str:
         """Where save dialogs open: the last folder used, else the user's Pictures (or home) folder."""
-        last = self.settings.value("files/last_dir", "", type=str)
+        last = typing.cast(str, self.settings.value("files/last_dir", "", type=str))
         if last and os.path.isdir(last):
             return last
         loc = QtCore.QStandardPaths.StandardLocation.PicturesLocation

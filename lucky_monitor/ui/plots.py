@@ -181,8 +181,8 @@ class RasterDisplay:
             self._key = key
             self._history = history
             self._group = group
-            self._starts = None if group == 1 else np.arange(0, n, group, dtype=np.intp)
-            bins = n if group == 1 else self._starts.shape[0]
+            self._starts = starts = None if group == 1 else np.arange(0, n, group, dtype=np.intp)
+            bins = n if starts is None else starts.shape[0]
             rcap = history.raster_capacity
             self._ring = np.zeros((rcap, bins), np.float32)
             self._seq = np.zeros(rcap, np.int64)
