@@ -603,8 +603,10 @@ class PlotsPanel(QtWidgets.QWidget):
             self.raster_plot.setTitle(title)
 
     def set_sampling_cause(self, cause: str) -> None:
-        """Why frames are skipped, as the amber note will say it (the window knows: engine or monitor)."""
-        self._sampling_cause = cause
+        """Why frames are skipped, as the amber note says it (the window knows: engine or monitor)."""
+        if cause != getattr(self, "_sampling_cause", ""):
+            self._sampling_cause = cause
+            self._draw_samples(self._history)
 
     def _draw_samples(self, history: History) -> None:
         sampled = history.sampled

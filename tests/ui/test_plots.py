@@ -234,7 +234,11 @@ def test_samples_label_only_when_frames_are_skipped(panel: PlotsPanel) -> None:
     assert not panel.samples_label.isHidden()
     assert history.sampled
     text = panel.samples_label.text()
-    assert "values are samples" in text and f"({history.skipped_total} frames skipped)" in text
+    assert "values are samples" in text and f"{history.skipped_total} frames skipped" in text
+    # The window says who was late: the engine outran the poll, or the monitor itself.
+    panel.set_sampling_cause("the monitor was busy (3 late polls)")
+    panel.update_view()
+    assert panel.samples_label.text().endswith("because the monitor was busy (3 late polls)")
     feed(history, 200, start_seq=seq + 10, start_t=2.0)
     panel.update_view()
     assert not history.sampled and panel.samples_label.isHidden()
