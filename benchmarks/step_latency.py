@@ -152,8 +152,22 @@ def shm_side(cfg: Config) -> Iterator[Stepper]:
     from lucky_monitor.sim.trainer import SharedMemoryClient
 
     name = segment_name("shm")
-    argv = lucky("sim", "--name", name, "--fast", "--camera-fps", "0", "--envs", str(cfg.num_envs),
-                 "--obs", str(cfg.obs_size), "--act", str(cfg.act_size), "--image", image_arg(cfg))
+    argv = lucky(
+        "sim",
+        "--name",
+        name,
+        "--fast",
+        "--camera-fps",
+        "0",
+        "--envs",
+        str(cfg.num_envs),
+        "--obs",
+        str(cfg.obs_size),
+        "--act",
+        str(cfg.act_size),
+        "--image",
+        image_arg(cfg),
+    )
     with child(argv) as engine:
         if first_line(engine) != name:
             raise SystemExit("engine announced another segment name")
@@ -189,8 +203,19 @@ def grpc_side(cfg: Config) -> Iterator[Stepper]:
     """The gRPC baseline server in a child process, this process as its client."""
     import grpc
 
-    argv = [sys.executable, os.path.abspath(__file__), "--serve-grpc", "--envs", str(cfg.num_envs),
-            "--obs", str(cfg.obs_size), "--act", str(cfg.act_size), "--image", image_arg(cfg)]
+    argv = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--serve-grpc",
+        "--envs",
+        str(cfg.num_envs),
+        "--obs",
+        str(cfg.obs_size),
+        "--act",
+        str(cfg.act_size),
+        "--image",
+        image_arg(cfg),
+    ]
     n, obs_n = cfg.num_envs, cfg.num_envs * cfg.obs_size
     with child(argv) as server:
         port = int(first_line(server))
@@ -293,8 +318,12 @@ def parse_config(args: argparse.Namespace) -> Config:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="300 timed steps, the two main configurations")
-    p.add_argument("--steps", type=int, default=None,
-                   help="timed steps per configuration (default: 300 quick; 3000 full, fewer for heavy ones)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="timed steps per configuration (default: 300 quick; 3000 full, fewer for heavy ones)",
+    )
     p.add_argument("--no-demo", action="store_true", help="skip the demo CPU measurement")
     p.add_argument("--serve-grpc", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--envs", type=int, default=4096, help=argparse.SUPPRESS)
@@ -328,8 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         figures["speedup"] = round(figures["grpc_median_us"] / figures["shm_median_us"], 2)  # type: ignore[operator]
         emit(figures, facts={**facts, "load_average": machine_facts()["load_average"]})
     if not args.no_demo:
-        emit({"benchmark": "step_latency", **bench_demo_cpu(3.0 if args.quick else 10.0)},
-             facts={**facts, "load_average": machine_facts()["load_average"]})
+        emit(
+            {"benchmark": "step_latency", **bench_demo_cpu(3.0 if args.quick else 10.0)},
+            facts={**facts, "load_average": machine_facts()["load_average"]},
+        )
     return 0
 
 

@@ -96,11 +96,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_window_arguments(p: argparse.ArgumentParser) -> None:
     """Options of the monitor window (``lucky-monitor`` with no subcommand, and ``demo``)."""
-    p.add_argument("--shm", metavar="NAME",
-                   help="segment to attach to (default: $LUCKY_SHM_NAME, else the newest live segment)")
+    p.add_argument(
+        "--shm", metavar="NAME", help="segment to attach to (default: $LUCKY_SHM_NAME, else the newest live segment)"
+    )
     p.add_argument("--screenshot", metavar="FILE", help="save a PNG of the whole window after --quit-after seconds")
-    p.add_argument("--quit-after", metavar="SECONDS", type=_positive_float,
-                   help="close the window after this many seconds (exit 0)")
+    p.add_argument(
+        "--quit-after",
+        metavar="SECONDS",
+        type=_positive_float,
+        help="close the window after this many seconds (exit 0)",
+    )
     p.add_argument("--columns", type=int, default=None, help="image grid columns (default: near-square)")
 
 
@@ -191,8 +196,9 @@ def _table(rows: list[tuple[str, str]], indent: str = "") -> str:
 
 
 def _name_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", nargs="?", metavar="NAME",
-                   help="segment name, e.g. LuckyEngine_1234 (default: the newest live one)")
+    p.add_argument(
+        "name", nargs="?", metavar="NAME", help="segment name, e.g. LuckyEngine_1234 (default: the newest live one)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -214,8 +220,7 @@ def _turn(client_pid: int, gap: int) -> str:
 
 
 def _region_dict(r: Region) -> dict[str, Any]:
-    return {"name": r.name.removesuffix("_offset"), "field": r.name, "offset": r.offset, "size": r.size,
-            "end": r.end}
+    return {"name": r.name.removesuffix("_offset"), "field": r.name, "offset": r.offset, "size": r.size, "end": r.end}
 
 
 # ----------------------------------------------------------------------------- list
@@ -249,8 +254,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         server = f"{i.server_pid} {'alive' if i.server_alive else 'dead'}"
         client = "none" if i.client_pid == 0 else f"{i.client_pid} {'alive' if i.client_alive else 'dead'}"
         status = "live" if i.server_alive else "stale (engine gone)"
-        rows.append((i.name, server, client, str(i.num_envs), bytes_text(i.size), ago_text(now, i.started or 0.0),
-                     status))
+        rows.append(
+            (i.name, server, client, str(i.num_envs), bytes_text(i.size), ago_text(now, i.started or 0.0), status)
+        )
     widths = [max(len(r[c]) for r in rows) for c in range(len(head) - 1)]
     for r in rows:
         print("  ".join(v.ljust(w) for v, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
@@ -267,8 +273,16 @@ def _derived(seg: Any) -> dict[str, Any]:
     h: Header = seg.header
     gap = h.frame_seq - h.action_seq
     owner = tools_owner(seg) if h.tools_offset else None
-    rings = {k: {"offset": p.offset, "capacity": p.capacity, "write_pos": p.write_pos, "read_pos": p.read_pos,
-                 "used": p.used} for k, p in seg.ring_positions().items()}
+    rings = {
+        k: {
+            "offset": p.offset,
+            "capacity": p.capacity,
+            "write_pos": p.write_pos,
+            "read_pos": p.read_pos,
+            "used": p.used,
+        }
+        for k, p in seg.ring_positions().items()
+    }
     return {
         "path": seg.path,
         "file_size": seg.size,
@@ -297,7 +311,10 @@ def _derived(seg: Any) -> dict[str, Any]:
 
 #: Header fields whose value is one of a protocol vocabulary's members.
 _VOCABULARY: dict[str, type[Mode | SimMode | EngineState | GpuObsMode]] = {
-    "mode": Mode, "sim_mode": SimMode, "engine_state": EngineState, "gpu_obs_mode": GpuObsMode,
+    "mode": Mode,
+    "sim_mode": SimMode,
+    "engine_state": EngineState,
+    "gpu_obs_mode": GpuObsMode,
 }
 
 
@@ -341,24 +358,44 @@ def _cmd_info(args: argparse.Namespace) -> int:
     age = derived["heartbeat_age_s"]
     drows = [
         ("server", f"pid {fields['server_pid']} {'alive' if derived['server_alive'] else 'dead'}"),
-        ("client", "none" if not fields["client_pid"]
-         else f"pid {fields['client_pid']} {'alive' if derived['client_alive'] else 'dead'}"),
+        (
+            "client",
+            "none"
+            if not fields["client_pid"]
+            else f"pid {fields['client_pid']} {'alive' if derived['client_alive'] else 'dead'}",
+        ),
         ("turn", f"{derived['turn']} (frame_seq - action_seq = {derived['frame_gap']})"),
         ("heartbeat age", "not measurable" if age is None else f"{age:.3f} s"),
-        ("pixel format", "no images" if derived["pixel_format"] is None
-         else f"{derived['pixel_format']}{' bottom-up' if derived['bottom_up'] else ''}"),
+        (
+            "pixel format",
+            "no images"
+            if derived["pixel_format"] is None
+            else f"{derived['pixel_format']}{' bottom-up' if derived['bottom_up'] else ''}",
+        ),
         ("services enabled", ", ".join(derived["services_enabled_names"]) or "-"),
         ("services available", ", ".join(derived["services_available_names"]) or "-"),
-        ("tools owner", "no tools channel" if derived["tools_owner_pid"] is None
-         else "free" if derived["tools_owner_pid"] == 0
-         else f"pid {derived['tools_owner_pid']} {'alive' if derived['tools_owner_alive'] else 'dead'}"),
-        ("reserved bytes", "zero" if not derived["reserved_nonzero"]
-         else "non-zero in " + ", ".join(f"{a}-{b}" for a, b in derived["reserved_nonzero"])),
+        (
+            "tools owner",
+            "no tools channel"
+            if derived["tools_owner_pid"] is None
+            else "free"
+            if derived["tools_owner_pid"] == 0
+            else f"pid {derived['tools_owner_pid']} {'alive' if derived['tools_owner_alive'] else 'dead'}",
+        ),
+        (
+            "reserved bytes",
+            "zero"
+            if not derived["reserved_nonzero"]
+            else "non-zero in " + ", ".join(f"{a}-{b}" for a, b in derived["reserved_nonzero"]),
+        ),
     ]
-    drows += [(f"region {r['name']}", f"[{r['offset']}, {r['end']})  {bytes_text(r['size'])}")
-              for r in derived["regions"]]
-    drows += [(f"ring {k}", f"write_pos {v['write_pos']}  read_pos {v['read_pos']}  used {v['used']}/{v['capacity']}")
-              for k, v in derived["rings"].items()]
+    drows += [
+        (f"region {r['name']}", f"[{r['offset']}, {r['end']})  {bytes_text(r['size'])}") for r in derived["regions"]
+    ]
+    drows += [
+        (f"ring {k}", f"write_pos {v['write_pos']}  read_pos {v['read_pos']}  used {v['used']}/{v['capacity']}")
+        for k, v in derived["rings"].items()
+    ]
     print("derived:")
     print(_table(drows, "  "))
     return 0
@@ -366,12 +403,20 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- check
 
+
 def _check_args(p: argparse.ArgumentParser) -> None:
-    p.epilog = ("exit status: 0 every rule passes; 1 a rule fails; 2 the segment cannot be opened; "
-                "3 the header is invalid (the failing rule is shown, later rules are skipped)")
+    p.epilog = (
+        "exit status: 0 every rule passes; 1 a rule fails; 2 the segment cannot be opened; "
+        "3 the header is invalid (the failing rule is shown, later rules are skipped)"
+    )
     _name_arg(p)
-    p.add_argument("--image-wait", type=float, default=0.25, metavar="SECONDS",
-                   help="how long image_seq may stay odd (default 0.25)")
+    p.add_argument(
+        "--image-wait",
+        type=float,
+        default=0.25,
+        metavar="SECONDS",
+        help="how long image_seq may stay odd (default 0.25)",
+    )
 
 
 @subcommand("check", "check a segment against every conformance rule; exit 0 only if all pass", _check_args)
@@ -381,8 +426,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
     counts = {s: sum(r.status == s for r in results) for s in (PASS, FAIL, SKIPPED, NA)}
     ok = err is None and counts[FAIL] == 0 and counts[SKIPPED] == 0
     if args.json:
-        _print_json({"name": name, "ok": ok, "error": None if err is None else str(err),
-                     "counts": counts, "rules": [dataclasses.asdict(r) for r in results]})
+        _print_json(
+            {
+                "name": name,
+                "ok": ok,
+                "error": None if err is None else str(err),
+                "counts": counts,
+                "rules": [dataclasses.asdict(r) for r in results],
+            }
+        )
     else:
         width = max(len(r.rule) for r in results)
         id_width = max(len(" ".join(r.ids)) for r in results)
@@ -400,8 +452,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ sim, train, demo, draw
 
 
-@subcommand("sim", "run the reference engine: create a segment, print its name, serve until Ctrl-C",
-            lambda p: _sim_args(p))
+@subcommand(
+    "sim", "run the reference engine: create a segment, print its name, serve until Ctrl-C", lambda p: _sim_args(p)
+)
 def _cmd_sim(args: argparse.Namespace) -> int:
     from .sim.run import run_sim
 
@@ -419,8 +472,12 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: until Ctrl-C)")
     p.add_argument("--policy", choices=("pd", "random"), default="pd", help="pd: swing-up controller (default)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
-    p.add_argument("--timeout", type=_positive_float, default=5.0,
-                   help="seconds to wait for the engine before giving up (default 5)")
+    p.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=5.0,
+        help="seconds to wait for the engine before giving up (default 5)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -481,16 +538,25 @@ def _cmd_draw(args: argparse.Namespace) -> int:
 
     # Text is parsed and range-checked under the option's name; the builder applies the same rules.
     if args.kind == "line":
-        req = d.line_request(d.parse_numbers(args.start, 3, "--from"), d.parse_numbers(args.end, 3, "--to"),
-                             d.parse_color(args.color), args.clear)
+        req = d.line_request(
+            d.parse_numbers(args.start, 3, "--from"),
+            d.parse_numbers(args.end, 3, "--to"),
+            d.parse_color(args.color),
+            args.clear,
+        )
     elif args.kind == "arrow":
-        req = d.arrow_request(d.parse_numbers(args.origin, 3, "--origin"),
-                              d.parse_numbers(args.direction, 3, "--direction"), d.parse_color(args.color),
-                              d.scale_value(args.scale, "--scale"), args.clear)
+        req = d.arrow_request(
+            d.parse_numbers(args.origin, 3, "--origin"),
+            d.parse_numbers(args.direction, 3, "--direction"),
+            d.parse_color(args.color),
+            d.scale_value(args.scale, "--scale"),
+            args.clear,
+        )
     elif args.kind == "velocity":
         vx, vy, wz = d.parse_numbers(args.vel, 3, "--vel")
-        req = d.velocity_request(d.parse_numbers(args.origin, 3, "--origin"), vx, vy, wz,
-                                 d.scale_value(args.scale, "--scale"), args.clear)
+        req = d.velocity_request(
+            d.parse_numbers(args.origin, 3, "--origin"), vx, vy, wz, d.scale_value(args.scale, "--scale"), args.clear
+        )
     else:
         req = d.clear_request()
     try:  # a value the wire cannot carry is the caller's to fix, found before anything is attached
@@ -513,8 +579,9 @@ def _watch_args(p: argparse.ArgumentParser) -> None:
     add_watch_arguments(p)
 
 
-@subcommand("watch", "follow a segment in the terminal: state changes and a summary per interval (sends nothing)",
-            _watch_args)
+@subcommand(
+    "watch", "follow a segment in the terminal: state changes and a summary per interval (sends nothing)", _watch_args
+)
 def _cmd_watch(args: argparse.Namespace) -> int:
     from .watch import run_watch
 

@@ -101,14 +101,28 @@ class _Child:
         errors = [ln.removeprefix(ERROR_PREFIX) for ln in rest if ln.startswith(ERROR_PREFIX)]
         text = " ".join(errors or [ln.strip() for ln in rest if ln.strip()])[-300:] or "no output"
         code = self.popen.returncode
-        return DemoError(f"the reference {self.what} failed: {text}",
-                         code if code in EXIT_CODES and code else EXIT_FAILED)
+        return DemoError(
+            f"the reference {self.what} failed: {text}", code if code in EXIT_CODES and code else EXIT_FAILED
+        )
 
 
 def sim_argv(args: argparse.Namespace) -> list[str]:
     """The ``sim`` arguments equivalent to the demo's parsed options."""
-    out = ["sim", "--envs", str(args.envs), "--obs", str(args.obs), "--act", str(args.act),
-           "--image", args.image, "--seed", str(args.seed), "--camera-fps", str(args.camera_fps)]
+    out = [
+        "sim",
+        "--envs",
+        str(args.envs),
+        "--obs",
+        str(args.obs),
+        "--act",
+        str(args.act),
+        "--image",
+        args.image,
+        "--seed",
+        str(args.seed),
+        "--camera-fps",
+        str(args.camera_fps),
+    ]
     if args.name:
         out += ["--name", args.name]
     if args.format:
@@ -180,8 +194,12 @@ def run_demo(args: argparse.Namespace) -> int:
         sim.running = True
         print(f"engine pid {sim.popen.pid} serves {name}", flush=True)
         if not args.no_trainer:
-            trainer = _Child("trainer", spawn(["train", "--shm", name, "--policy", args.policy, "--quiet"]),
-                             echo=True, stopping=stopping)
+            trainer = _Child(
+                "trainer",
+                spawn(["train", "--shm", name, "--policy", args.policy, "--quiet"]),
+                echo=True,
+                stopping=stopping,
+            )
             trainer.running = True
             children.append(trainer)
             print(f"trainer pid {trainer.popen.pid} drives it in lock-step ({args.policy} policy)", flush=True)

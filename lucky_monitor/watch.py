@@ -69,8 +69,13 @@ JSON_KEYS = (
 
 def add_watch_arguments(p: argparse.ArgumentParser) -> None:
     """The ``watch`` subcommand's options."""
-    p.add_argument("name", metavar="NAME", nargs="?", default=None,
-                   help="segment to follow (default: $LUCKY_SHM_NAME, else the newest live one, and its successors)")
+    p.add_argument(
+        "name",
+        metavar="NAME",
+        nargs="?",
+        default=None,
+        help="segment to follow (default: $LUCKY_SHM_NAME, else the newest live one, and its successors)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per line (keys in the README)")
     p.add_argument("--seconds", type=_positive, default=None, help="stop after this many seconds (exit 0)")
     p.add_argument("--interval", type=_positive, default=1.0, help="seconds between summaries (default 1)")
@@ -111,8 +116,9 @@ class Watcher:
         Wall-clock seconds (for the ``time`` field).
     """
 
-    def __init__(self, out: TextIO, *, json_lines: bool = False, interval: float = 1.0,
-                 wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, out: TextIO, *, json_lines: bool = False, interval: float = 1.0, wall: Callable[[], float] = time.time
+    ) -> None:
         self.out = out
         self.json = json_lines
         self.interval = interval
@@ -212,14 +218,19 @@ class Watcher:
             return f"{clock}  {tick.text}"
         share = rec["engine_turn_share"]
         turn = "no trainer" if share is None else f"turn engine {share:.0%} / trainer {1 - share:.0%}"
-        rew = ("reward —" if rec["reward_mean"] is None else
-               f"reward {rec['reward_mean']:.3f} [{rec['reward_min']:.3f}, {rec['reward_max']:.3f}]")
+        rew = (
+            "reward —"
+            if rec["reward_mean"] is None
+            else f"reward {rec['reward_mean']:.3f} [{rec['reward_min']:.3f}, {rec['reward_max']:.3f}]"
+        )
         done = "—" if rec["done_fraction"] is None else f"{rec['done_fraction']:.2%}"
         owner = rec["tools_owner_pid"]
         tools = "tools none" if owner is None else ("tools free" if owner == 0 else f"tools pid {owner}")
-        return (f"{clock}  {tick.state.value:<18} frame {rec['frame_seq']:>9}  "
-                f"{_fmt(rec['frames_per_s']):>7} frames/s  {_fmt(rec['images_per_s']):>6} images/s  {turn}  "
-                f"{rew}  done {done}  torn hot {rec['torn_hot']} img {rec['torn_images']}  {tools}")
+        return (
+            f"{clock}  {tick.state.value:<18} frame {rec['frame_seq']:>9}  "
+            f"{_fmt(rec['frames_per_s']):>7} frames/s  {_fmt(rec['images_per_s']):>6} images/s  {turn}  "
+            f"{rew}  done {done}  torn hot {rec['torn_hot']} img {rec['torn_images']}  {tools}"
+        )
 
 
 def run_watch(args: argparse.Namespace, *, out: TextIO | None = None) -> int:

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Set up .venv if needed, then run every check: ruff, the import contracts, mypy,
+# Set up .venv if needed, then run every check: ruff (lint and format), the import contracts, mypy,
 # the QML type description's freshness and qmllint, and the whole pytest suite
 # (GUI tests run offscreen; no display needed).
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 echo "== ruff" >&2
 ruff check lucky_monitor tests benchmarks scripts
+ruff format --check lucky_monitor tests benchmarks scripts
 echo "== import contracts" >&2
 lint-imports
 echo "== mypy" >&2

@@ -60,8 +60,7 @@ def segment_factory() -> Iterator[Callable[..., EngineSegment]]:
     made: list[EngineSegment] = []
 
     def make(name: str | None = None, *, exist_ok: bool = False, **plan_kwargs: object) -> EngineSegment:
-        kw: dict[str, object] = {**SEGMENT_DEFAULTS, "server_pid": os.getpid(),
-                                 "session_id": secrets.randbits(63) | 1}
+        kw: dict[str, object] = {**SEGMENT_DEFAULTS, "server_pid": os.getpid(), "session_id": secrets.randbits(63) | 1}
         kw.update(plan_kwargs)
         seg = EngineSegment.create(name or unique_segment_name(), plan(**kw), exist_ok=exist_ok)  # type: ignore[arg-type]
         made.append(seg)

@@ -74,8 +74,20 @@ def test_list_table_and_json(segment_factory, capsys) -> None:
     by_name = {d["name"]: d for d in data}
     assert by_name[live.name]["server_alive"] is True and by_name[live.name]["error"] is None
     assert by_name[stale.name]["server_alive"] is False
-    assert set(data[0]) == {"name", "path", "size", "mtime", "server_pid", "server_alive", "client_pid",
-                            "client_alive", "num_envs", "session_id", "error", "started"}
+    assert set(data[0]) == {
+        "name",
+        "path",
+        "size",
+        "mtime",
+        "server_pid",
+        "server_alive",
+        "client_pid",
+        "client_alive",
+        "num_envs",
+        "session_id",
+        "error",
+        "started",
+    }
     assert main(["list", "--prefix", prefix + "nothing"]) == 0
     assert "no " in capsys.readouterr().out
 
@@ -104,10 +116,16 @@ def test_info_json_has_every_spec_field_then_derived(healthy, capsys) -> None:
     assert set(d["rings"]) == {"cmd_s2c", "cmd_c2s", "tools_c2s", "tools_s2c"}
 
 
-@pytest.mark.parametrize(("client", "frame", "action", "turn"), [
-    (True, 5, 5, "engine"), (True, 5, 4, "trainer"), (True, 7, 4, "violation"), (True, 4, 5, "violation"),
-    (False, 99, 0, "free-run"),
-])
+@pytest.mark.parametrize(
+    ("client", "frame", "action", "turn"),
+    [
+        (True, 5, 5, "engine"),
+        (True, 5, 4, "trainer"),
+        (True, 7, 4, "violation"),
+        (True, 4, 5, "violation"),
+        (False, 99, 0, "free-run"),
+    ],
+)
 def test_info_turn(segment_factory, capsys, client: bool, frame: int, action: int, turn: str) -> None:
     eng = segment_factory()
     eng.set("client_pid", os.getpid() if client else 0)
@@ -158,11 +176,26 @@ def test_check_all_pass(healthy, capsys) -> None:
     assert data["ok"] is True and data["error"] is None
     names = [r["rule"] for r in data["rules"]]
     assert all(r["ids"] and all(re.fullmatch(r"C\d+", i) for i in r["ids"]) for r in data["rules"])
-    for rule in ("magic", "version", "layout signature", "bound num_envs", "region obs", "regions do not overlap",
-                 "reserved bytes zero", "segment_size matches the file", "server pid alive",
-                 "client pid alive or 0", "lock-step gap", "heartbeat fresh", "image_seq even",
-                 "ring cmd_s2c positions", "ring cmd_c2s positions", "ring tools_c2s positions",
-                 "ring tools_s2c positions", "tools owner 0 or alive"):
+    for rule in (
+        "magic",
+        "version",
+        "layout signature",
+        "bound num_envs",
+        "region obs",
+        "regions do not overlap",
+        "reserved bytes zero",
+        "segment_size matches the file",
+        "server pid alive",
+        "client pid alive or 0",
+        "lock-step gap",
+        "heartbeat fresh",
+        "image_seq even",
+        "ring cmd_s2c positions",
+        "ring cmd_c2s positions",
+        "ring tools_c2s positions",
+        "ring tools_s2c positions",
+        "tools owner 0 or alive",
+    ):
         assert rule in names
 
 
@@ -174,21 +207,36 @@ def test_check_without_optional_parts_passes_with_na(segment_factory, capsys) ->
     assert rules["bound image_width"] == "n/a" and rules["lock-step gap"] == "pass"
 
 
-@pytest.mark.parametrize(("mutate", "rule"), [
-    (lambda e: e.set("client_pid", dead_pid()), "client pid alive or 0"),
-    (lambda e: e.set("action_seq", 3), "lock-step gap"),
-    (lambda e: e.set("heartbeat_ns", 1), "heartbeat fresh"),
-    (lambda e: e.set("image_seq", 21), "image_seq even"),
-    (lambda e: put(e, "server_pid", dead_pid()), "server pid alive"),
-    (lambda e: e.buf.__setitem__(slice(2000, 2001), b"\x01"), "reserved bytes zero"),
-    (lambda e: e.buf.__setitem__(slice(e.header.cmd_s2c_offset, e.header.cmd_s2c_offset + 4),
-                                 (12).to_bytes(4, "little")), "ring cmd_s2c positions"),
-    (lambda e: e.buf.__setitem__(slice(e.header.tools_c2s_offset + 4, e.header.tools_c2s_offset + 8),
-                                 (2**31).to_bytes(4, "little")), "ring tools_c2s positions"),
-    (lambda e: os.truncate(e.path, e.header.segment_size + 4096), "segment_size matches the file"),
-    (lambda e: e.buf.__setitem__(slice(e.header.tools_offset, e.header.tools_offset + 4),
-                                 dead_pid().to_bytes(4, "little")), "tools owner 0 or alive"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "rule"),
+    [
+        (lambda e: e.set("client_pid", dead_pid()), "client pid alive or 0"),
+        (lambda e: e.set("action_seq", 3), "lock-step gap"),
+        (lambda e: e.set("heartbeat_ns", 1), "heartbeat fresh"),
+        (lambda e: e.set("image_seq", 21), "image_seq even"),
+        (lambda e: put(e, "server_pid", dead_pid()), "server pid alive"),
+        (lambda e: e.buf.__setitem__(slice(2000, 2001), b"\x01"), "reserved bytes zero"),
+        (
+            lambda e: e.buf.__setitem__(
+                slice(e.header.cmd_s2c_offset, e.header.cmd_s2c_offset + 4), (12).to_bytes(4, "little")
+            ),
+            "ring cmd_s2c positions",
+        ),
+        (
+            lambda e: e.buf.__setitem__(
+                slice(e.header.tools_c2s_offset + 4, e.header.tools_c2s_offset + 8), (2**31).to_bytes(4, "little")
+            ),
+            "ring tools_c2s positions",
+        ),
+        (lambda e: os.truncate(e.path, e.header.segment_size + 4096), "segment_size matches the file"),
+        (
+            lambda e: e.buf.__setitem__(
+                slice(e.header.tools_offset, e.header.tools_offset + 4), dead_pid().to_bytes(4, "little")
+            ),
+            "tools owner 0 or alive",
+        ),
+    ],
+)
 def test_check_live_rule_failures(healthy, capsys, mutate, rule: str) -> None:
     mutate(healthy)
     healthy.set("heartbeat_ns", 1 if rule == "heartbeat fresh" else time.monotonic_ns())
@@ -198,17 +246,20 @@ def test_check_live_rule_failures(healthy, capsys, mutate, rule: str) -> None:
     assert len(failed) == 1 and failed[0].startswith(rule), out
 
 
-@pytest.mark.parametrize(("field", "value", "rule", "text"), [
-    ("magic", 0x12345678, "magic", "magic:"),
-    ("version", 9, "version", "version:"),
-    ("mode", 7, "layout signature", "prototype"),
-    ("num_envs", 0, "bound num_envs", "num_envs:"),
-    ("sim_mode", 5, "bound sim_mode", "sim_mode:"),
-    ("tools_offset", 65536 + 64, "tools_offset alignment", "tools_offset:"),
-    ("segment_size", 1 << 40, "segment_size within the file", "segment_size:"),
-    ("obs_offset", 4096 + 8, "region obs", "obs_offset:"),
-    ("act_offset", 4096, "regions do not overlap", "overlaps"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "rule", "text"),
+    [
+        ("magic", 0x12345678, "magic", "magic:"),
+        ("version", 9, "version", "version:"),
+        ("mode", 7, "layout signature", "prototype"),
+        ("num_envs", 0, "bound num_envs", "num_envs:"),
+        ("sim_mode", 5, "bound sim_mode", "sim_mode:"),
+        ("tools_offset", 65536 + 64, "tools_offset alignment", "tools_offset:"),
+        ("segment_size", 1 << 40, "segment_size within the file", "segment_size:"),
+        ("obs_offset", 4096 + 8, "region obs", "obs_offset:"),
+        ("act_offset", 4096, "regions do not overlap", "overlaps"),
+    ],
+)
 def test_check_header_rule_failure_skips_the_rest(segment_factory, capsys, field, value, rule, text) -> None:
     eng = segment_factory()
     put(eng, field, value)
@@ -294,8 +345,9 @@ def test_argparse_errors_exit_2(capsys) -> None:
 
 
 def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lucky_monitor", *argv], capture_output=True, text=True, env=env,
-                          timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "lucky_monitor", *argv], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
 
 
 def test_subprocess_exit_codes_without_traceback(shm_name: str, subprocess_env) -> None:
@@ -328,14 +380,19 @@ def test_subprocess_check_pass(healthy, subprocess_env) -> None:
 # ----------------------------------------------------------------------------- draw input
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["line", "--from", "1e308,0,0", "--to", "0,0,0"], "--from: 1e+308 is outside the float32 range"),
-    (["line", "--from", "0,0,0", "--to", "0,0,0", "--color", "1,0"],
-     "--color: expected 3 or 4 numbers (r,g,b[,a]), got '1,0'"),
-    (["line", "--from", "0,0,0", "--to", "0,0,0", "--color", "1.5,0,0"], "--color.r: 1.5 is outside 0..1"),
-    (["arrow", "--origin", "0,0,0", "--direction", "1,0,0", "--scale", "0"], "--scale: 0, must be greater than 0"),
-    (["velocity", "--vel", "1,0,nan"], "--vel: nan is not a finite number"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["line", "--from", "1e308,0,0", "--to", "0,0,0"], "--from: 1e+308 is outside the float32 range"),
+        (
+            ["line", "--from", "0,0,0", "--to", "0,0,0", "--color", "1,0"],
+            "--color: expected 3 or 4 numbers (r,g,b[,a]), got '1,0'",
+        ),
+        (["line", "--from", "0,0,0", "--to", "0,0,0", "--color", "1.5,0,0"], "--color.r: 1.5 is outside 0..1"),
+        (["arrow", "--origin", "0,0,0", "--direction", "1,0,0", "--scale", "0"], "--scale: 0, must be greater than 0"),
+        (["velocity", "--vel", "1,0,nan"], "--vel: nan is not a finite number"),
+    ],
+)
 def test_draw_input_is_refused_before_any_segment_is_opened(argv: list[str], message: str, capsys) -> None:
     assert main(["draw", "no_such_segment_for_draw", *argv]) == 2
     assert message in one_error_line(capsys.readouterr().err)

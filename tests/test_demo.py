@@ -27,9 +27,25 @@ def segment_from(output: str) -> str:
 
 
 def test_headless_demo_runs_lockstep_and_cleans_up(subprocess_env):
-    r = subprocess.run([sys.executable, "-m", "lucky_monitor", "demo", "--headless", "--quit-after", "4",
-                        "--envs", "8", "--image", "16x16"],
-                       capture_output=True, text=True, env=no_display_env(subprocess_env), timeout=90)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lucky_monitor",
+            "demo",
+            "--headless",
+            "--quit-after",
+            "4",
+            "--envs",
+            "8",
+            "--image",
+            "16x16",
+        ],
+        capture_output=True,
+        text=True,
+        env=no_display_env(subprocess_env),
+        timeout=90,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
     name = segment_from(r.stdout)
@@ -39,9 +55,13 @@ def test_headless_demo_runs_lockstep_and_cleans_up(subprocess_env):
 
 
 def test_demo_without_display_falls_back_to_status_lines_and_ctrl_c_stops_it(subprocess_env):
-    proc = subprocess.Popen([sys.executable, "-m", "lucky_monitor", "demo", "--envs", "4", "--image", "none"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=no_display_env(subprocess_env))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lucky_monitor", "demo", "--envs", "4", "--image", "none"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=no_display_env(subprocess_env),
+    )
     lines = []
     try:
         deadline = time.monotonic() + 60
@@ -65,15 +85,24 @@ def test_demo_without_display_falls_back_to_status_lines_and_ctrl_c_stops_it(sub
     assert not os.path.exists(shm_path(name))
 
 
-@pytest.mark.parametrize(("argv", "text"), [
-    (["--envs", "0"], "--envs 0: the number of envs must be 1..4096"),
-    (["--obs", "0"], "--obs 0: floats per observation must be"),
-    (["--envs", "4096", "--image", "4096x4096"], "over the 4.0 GiB limit"),
-], ids=["envs", "obs", "size"])
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        (["--envs", "0"], "--envs 0: the number of envs must be 1..4096"),
+        (["--obs", "0"], "--obs 0: floats per observation must be"),
+        (["--envs", "4096", "--image", "4096x4096"], "over the 4.0 GiB limit"),
+    ],
+    ids=["envs", "obs", "size"],
+)
 def test_demo_reports_a_bad_engine_option_in_one_line(subprocess_env, argv, text):
     before = set(os.listdir("/dev/shm"))
-    r = subprocess.run([sys.executable, "-m", "lucky_monitor", "demo", "--headless", *argv],
-                       capture_output=True, text=True, env=no_display_env(subprocess_env), timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "lucky_monitor", "demo", "--headless", *argv],
+        capture_output=True,
+        text=True,
+        env=no_display_env(subprocess_env),
+        timeout=60,
+    )
     assert r.returncode == 2  # usage (README, "Exit codes")
     assert r.stdout == ""  # no "demo stopped", no engine started
     assert r.stderr.count("lucky-monitor: error:") == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -82,13 +111,33 @@ def test_demo_reports_a_bad_engine_option_in_one_line(subprocess_env, argv, text
 
 
 def test_demo_reports_an_engine_that_fails_at_start_with_its_error_and_code(subprocess_env):
-    with subprocess.Popen([sys.executable, "-m", "lucky_monitor", "sim", "--envs", "2", "--image", "none"],
-                          stdout=subprocess.PIPE, text=True, env=subprocess_env) as first:
+    with subprocess.Popen(
+        [sys.executable, "-m", "lucky_monitor", "sim", "--envs", "2", "--image", "none"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env,
+    ) as first:
         try:
             name = first.stdout.readline().strip()
-            r = subprocess.run([sys.executable, "-m", "lucky_monitor", "demo", "--headless", "--name", name,
-                                "--envs", "2", "--image", "none"],
-                               capture_output=True, text=True, env=no_display_env(subprocess_env), timeout=60)
+            r = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "lucky_monitor",
+                    "demo",
+                    "--headless",
+                    "--name",
+                    name,
+                    "--envs",
+                    "2",
+                    "--image",
+                    "none",
+                ],
+                capture_output=True,
+                text=True,
+                env=no_display_env(subprocess_env),
+                timeout=60,
+            )
         finally:
             first.send_signal(signal.SIGINT)
             first.wait(15)
@@ -98,10 +147,13 @@ def test_demo_reports_an_engine_that_fails_at_start_with_its_error_and_code(subp
 
 
 def test_demo_reaps_a_dead_child_at_once_and_says_so(subprocess_env):
-    proc = subprocess.Popen([sys.executable, "-m", "lucky_monitor", "demo", "--headless", "--envs", "2",
-                             "--image", "none"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=no_display_env(subprocess_env))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lucky_monitor", "demo", "--headless", "--envs", "2", "--image", "none"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=no_display_env(subprocess_env),
+    )
     lines: list[str] = []
 
     def read_until(pattern: str) -> re.Match[str]:

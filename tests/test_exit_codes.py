@@ -72,8 +72,10 @@ def other_live_pid() -> Iterator[int]:
 
 def _all_error_classes() -> list[type[LuckyMonitorError]]:
     for mod in pkgutil.walk_packages(lucky_monitor.__path__, "lucky_monitor."):
-        if mod.name == "lucky_monitor.__main__" or mod.name.startswith("lucky_monitor._generated") or (
-            mod.name.startswith("lucky_monitor.ui.") and mod.name != "lucky_monitor.ui.app"
+        if (
+            mod.name == "lucky_monitor.__main__"
+            or mod.name.startswith("lucky_monitor._generated")
+            or (mod.name.startswith("lucky_monitor.ui.") and mod.name != "lucky_monitor.ui.app")
         ):
             continue  # __main__ runs the CLI; the generated code raises none; the rest of ui/ needs Qt
         importlib.import_module(mod.name)
@@ -129,19 +131,22 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
 # ----------------------------------------------------------------------------- 2 usage
 
 
-@pytest.mark.parametrize(("argv", "text"), [
-    (["sim", "--obs", "0"], "--obs 0: floats per observation must be"),
-    (["sim", "--act", "0"], "--act 0: floats per action must be 1.."),
-    (["sim", "--envs", "0"], "--envs 0: the number of envs must be 1..4096"),
-    (["sim", "--image", "0x4"], "--image '0x4'"),
-    (["sim", "--seed", "-1"], "--seed -1"),
-    (["draw", "LuckyEngine_not_needed", "line", "--from", "1e308,0,0", "--to", "0,0,0"], "float32"),
-    (["--screenshot", "/no/such/dir/shot.png", "--quit-after", "1"], "does not exist"),
-    (["demo", "--screenshot", "/no/such/dir/shot.png", "--quit-after", "1"], "does not exist"),
-    (["info", ".."], "'..' names a directory, not a segment"),
-    (["info", "a/b"], "'/' is not allowed"),
-    (["info", "--bogus"], None),
-])
+@pytest.mark.parametrize(
+    ("argv", "text"),
+    [
+        (["sim", "--obs", "0"], "--obs 0: floats per observation must be"),
+        (["sim", "--act", "0"], "--act 0: floats per action must be 1.."),
+        (["sim", "--envs", "0"], "--envs 0: the number of envs must be 1..4096"),
+        (["sim", "--image", "0x4"], "--image '0x4'"),
+        (["sim", "--seed", "-1"], "--seed -1"),
+        (["draw", "LuckyEngine_not_needed", "line", "--from", "1e308,0,0", "--to", "0,0,0"], "float32"),
+        (["--screenshot", "/no/such/dir/shot.png", "--quit-after", "1"], "does not exist"),
+        (["demo", "--screenshot", "/no/such/dir/shot.png", "--quit-after", "1"], "does not exist"),
+        (["info", ".."], "'..' names a directory, not a segment"),
+        (["info", "a/b"], "'/' is not allowed"),
+        (["info", "--bogus"], None),
+    ],
+)
 def test_2_usage(argv: list[str], text: str | None, capsys) -> None:
     before = shm_files()
     assert main(argv) == EXIT_USAGE

@@ -55,8 +55,9 @@ class CommandClient:
         Pending requests older than this are reported as timed out.
     """
 
-    def __init__(self, channel: ToolsChannel, *, timeout_s: float = 2.0,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self, channel: ToolsChannel, *, timeout_s: float = 2.0, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         self.channel = channel
         self.timeout_s = timeout_s
         self.clock = clock
@@ -112,8 +113,9 @@ class CommandClient:
                 out.append(Reply(method, cid, None, now - t0, f"no reply within {self.timeout_s:g} s"))
         return out
 
-    def request(self, method: MethodId | int, payload: object | None = None, *, timeout_s: float | None = None
-                ) -> tuple[Envelope, float]:
+    def request(
+        self, method: MethodId | int, payload: object | None = None, *, timeout_s: float | None = None
+    ) -> tuple[Envelope, float]:
         """Send and wait for the reply; return ``(response, rtt_s)``.
 
         Raises

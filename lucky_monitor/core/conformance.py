@@ -213,8 +213,9 @@ def _has_tools(h: Header, _: str = "") -> bool:
     return h.tools_offset != 0
 
 
-def _validated(rejects: Callable[[HeaderError, Subject, str], bool],
-               detail: Callable[[Subject, str], str]) -> Callable[[Subject, str], Outcome]:
+def _validated(
+    rejects: Callable[[HeaderError, Subject, str], bool], detail: Callable[[Subject, str], str]
+) -> Callable[[Subject, str], Outcome]:
     """A header-stage check: fail with validate()'s message when ``rejects`` recognises its error."""
 
     def check(s: Subject, instance: str) -> Outcome:
@@ -245,13 +246,21 @@ _BOUND_DETAIL: dict[str, Callable[[Header], str]] = {
     "tools_ring_size": lambda h: f"{h.tools_ring_size}, a power of two in {hdr.MIN_RING}..{hdr.MAX_RING}",
 }
 _IMAGE_FIELDS = ("image_width", "image_height", "image_channels", "image_format")
-_SCALAR_BOUNDS = ("num_envs", "obs_size", "act_size", "cmd_ring_size", *_IMAGE_FIELDS,
-                  "mode", "gpu_obs_mode", "sim_mode", "engine_state")
+_SCALAR_BOUNDS = (
+    "num_envs",
+    "obs_size",
+    "act_size",
+    "cmd_ring_size",
+    *_IMAGE_FIELDS,
+    "mode",
+    "gpu_obs_mode",
+    "sim_mode",
+    "engine_state",
+)
 
 
 def _bound() -> Callable[[Subject, str], Outcome]:
-    return _validated(lambda e, s, f: type(e) is HeaderError and e.field == f,
-                      lambda s, f: _BOUND_DETAIL[f](s.header))
+    return _validated(lambda e, s, f: type(e) is HeaderError and e.field == f, lambda s, f: _BOUND_DETAIL[f](s.header))
 
 
 def _file_holds_header(s: Subject, _: str) -> Outcome:
@@ -325,8 +334,9 @@ def _lock_step(s: Subject, _: str) -> Outcome:
         return PASS, f"free-run (no trainer): frame_seq {f}, action_seq {a}"
     gap = f - a
     ok = gap in (0, 1)
-    return (PASS if ok else FAIL), (f"frame_seq {f} - action_seq {a} = {gap}"
-                                    + ("" if ok else ", must be 0 (engine's turn) or 1 (trainer's turn)"))
+    return (PASS if ok else FAIL), (
+        f"frame_seq {f} - action_seq {a} = {gap}" + ("" if ok else ", must be 0 (engine's turn) or 1 (trainer's turn)")
+    )
 
 
 def _heartbeat(s: Subject, _: str) -> Outcome:
@@ -338,8 +348,10 @@ def _heartbeat(s: Subject, _: str) -> Outcome:
     if state == EngineState.INITIALISING and not hb:
         return NA, "engine initialising: heartbeat_ns may still be 0"
     if not hb:
-        return FAIL, (f"heartbeat_ns is 0 with engine_state {EngineState.name_of(state)}: the engine must "
-                      "refresh it at least 10 times per second (LAYOUT 8.3)")
+        return FAIL, (
+            f"heartbeat_ns is 0 with engine_state {EngineState.name_of(state)}: the engine must "
+            "refresh it at least 10 times per second (LAYOUT 8.3)"
+        )
     if state == EngineState.CLOSING:
         return NA, "engine closing: the heartbeat stops"
     age = heartbeat_age(hb)
@@ -355,8 +367,9 @@ def _image_seq_even(s: Subject, _: str) -> Outcome:
     while seq & 1 and time.monotonic() < deadline:
         time.sleep(0.001)
         seq = s.seg.counter("image_seq")
-    return (FAIL if seq & 1 else PASS), (f"image_seq {seq}"
-                                         + (f" stayed odd for {s.image_wait_s:g} s" if seq & 1 else ""))
+    return (FAIL if seq & 1 else PASS), (
+        f"image_seq {seq}" + (f" stayed odd for {s.image_wait_s:g} s" if seq & 1 else "")
+    )
 
 
 def _ring_names(h: Header) -> list[str]:
@@ -370,8 +383,10 @@ def _ring_positions(s: Subject, name: str) -> Outcome:
         problems.append(f"used {p.used} > capacity {p.capacity}")
     if p.write_pos % 8 or p.read_pos % 8:
         problems.append("positions not multiples of 8")
-    return (FAIL if problems else PASS), (f"write_pos {p.write_pos}, read_pos {p.read_pos}, used {p.used}/{p.capacity}"
-                                          + (": " + "; ".join(problems) if problems else ""))
+    return (FAIL if problems else PASS), (
+        f"write_pos {p.write_pos}, read_pos {p.read_pos}, used {p.used}/{p.capacity}"
+        + (": " + "; ".join(problems) if problems else "")
+    )
 
 
 def _tools_owner(s: Subject, _: str) -> Outcome:
@@ -390,27 +405,69 @@ def _tools_owner(s: Subject, _: str) -> Outcome:
 #: Every rule, in the order it is checked and reported.
 RULES: tuple[Rule, ...] = (
     Rule(("C16",), "file holds a header", "file", _file_holds_header),
-    Rule(("C16",), "magic", "header",
-         _validated(lambda e, s, i: isinstance(e, BadMagic), lambda s, i: f"0x{s.header.magic:08X}")),
-    Rule(("C16",), "version", "header",
-         _validated(lambda e, s, i: isinstance(e, UnsupportedVersion), lambda s, i: f"{s.header.version}")),
-    Rule(("C17",), "layout signature", "header",
-         _validated(lambda e, s, i: isinstance(e, IncompatibleLayout),
-                    lambda s, i: "LRBC v1 (mode byte and zero padding at 16-19, offsets past the header)")),
-    Rule(("C16",), "bound {}", "header", _bound(),
-         applies=lambda h, f: f not in _IMAGE_FIELDS or _has_images(h), instances=lambda h: _SCALAR_BOUNDS),
-    Rule(("C15",), "tools_offset alignment", "header",
-         _validated(lambda e, s, i: isinstance(e, RegionError) and e.field == "tools_offset"
-                    and s.header.tools_offset % hdr.TOOLS_ALIGN != 0,
-                    lambda s, i: f"{s.header.tools_offset} is a multiple of {hdr.TOOLS_ALIGN}"),
-         applies=_has_tools),
+    Rule(
+        ("C16",),
+        "magic",
+        "header",
+        _validated(lambda e, s, i: isinstance(e, BadMagic), lambda s, i: f"0x{s.header.magic:08X}"),
+    ),
+    Rule(
+        ("C16",),
+        "version",
+        "header",
+        _validated(lambda e, s, i: isinstance(e, UnsupportedVersion), lambda s, i: f"{s.header.version}"),
+    ),
+    Rule(
+        ("C17",),
+        "layout signature",
+        "header",
+        _validated(
+            lambda e, s, i: isinstance(e, IncompatibleLayout),
+            lambda s, i: "LRBC v1 (mode byte and zero padding at 16-19, offsets past the header)",
+        ),
+    ),
+    Rule(
+        ("C16",),
+        "bound {}",
+        "header",
+        _bound(),
+        applies=lambda h, f: f not in _IMAGE_FIELDS or _has_images(h),
+        instances=lambda h: _SCALAR_BOUNDS,
+    ),
+    Rule(
+        ("C15",),
+        "tools_offset alignment",
+        "header",
+        _validated(
+            lambda e, s, i: (
+                isinstance(e, RegionError)
+                and e.field == "tools_offset"
+                and s.header.tools_offset % hdr.TOOLS_ALIGN != 0
+            ),
+            lambda s, i: f"{s.header.tools_offset} is a multiple of {hdr.TOOLS_ALIGN}",
+        ),
+        applies=_has_tools,
+    ),
     Rule(("C16",), "bound {}", "header", _bound(), applies=_has_tools, instances=lambda h: ("tools_ring_size",)),
-    Rule(("C13",), "segment_size within the file", "header",
-         _validated(lambda e, s, i: isinstance(e, TruncatedSegment), _segment_size_detail)),
-    Rule(("C11", "C12", "C13"), "region {}", "header", _validated(_region_rejects, _region_detail),
-         instances=_region_names),
-    Rule(("C14",), "regions do not overlap", "header",
-         _validated(lambda e, s, i: isinstance(e, RegionError), lambda s, i: "no two regions overlap")),
+    Rule(
+        ("C13",),
+        "segment_size within the file",
+        "header",
+        _validated(lambda e, s, i: isinstance(e, TruncatedSegment), _segment_size_detail),
+    ),
+    Rule(
+        ("C11", "C12", "C13"),
+        "region {}",
+        "header",
+        _validated(_region_rejects, _region_detail),
+        instances=_region_names,
+    ),
+    Rule(
+        ("C14",),
+        "regions do not overlap",
+        "header",
+        _validated(lambda e, s, i: isinstance(e, RegionError), lambda s, i: "no two regions overlap"),
+    ),
     Rule(("C10",), "reserved bytes zero", "live", _reserved_zero),
     Rule(("C5",), "segment_size matches the file", "live", _segment_size_matches),
     Rule(("C8",), "server pid alive", "live", _server_alive),

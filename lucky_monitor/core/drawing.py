@@ -73,8 +73,9 @@ def number(value: object, field: str) -> float:
     except OverflowError:  # an int beyond any float
         # int() takes any Real, but typeshed's numbers.Real matches none of its overloads
         digits = len(str(abs(int(value))))  # type: ignore[call-overload]
-        raise DrawInputError(f"{field}: an integer of {digits} digits is outside the float32 "
-                             f"range (±{FLOAT32_MAX:.7g})") from None
+        raise DrawInputError(
+            f"{field}: an integer of {digits} digits is outside the float32 range (±{FLOAT32_MAX:.7g})"
+        ) from None
     if not math.isfinite(x):
         raise DrawInputError(f"{field}: {x} is not a finite number")
     if abs(x) > FLOAT32_MAX:
@@ -159,8 +160,9 @@ def parse_color(text: str, field: str = "--color") -> tuple[float, float, float,
     return (c.r, c.g, c.b, c.a)
 
 
-def line_request(start: Sequence[float], end: Sequence[float], rgba: Sequence[float] = DEFAULT_COLOR,
-                 clear_previous: bool = False) -> DrawReq:
+def line_request(
+    start: Sequence[float], end: Sequence[float], rgba: Sequence[float] = DEFAULT_COLOR, clear_previous: bool = False
+) -> DrawReq:
     """A ``DrawReq`` with one line from ``start`` to ``end``.
 
     Raises
@@ -168,12 +170,18 @@ def line_request(start: Sequence[float], end: Sequence[float], rgba: Sequence[fl
     DrawInputError
         See the module notes; the message names ``start``, ``end`` or ``color``.
     """
-    return DrawReq(lines=(Line(vec(start, "start"), vec(end, "end"), color(rgba)),),
-                   clear_previous=bool(clear_previous))
+    return DrawReq(
+        lines=(Line(vec(start, "start"), vec(end, "end"), color(rgba)),), clear_previous=bool(clear_previous)
+    )
 
 
-def arrow_request(origin: Sequence[float], direction: Sequence[float], rgba: Sequence[float] = DEFAULT_COLOR,
-                  scale: float = 1.0, clear_previous: bool = False) -> DrawReq:
+def arrow_request(
+    origin: Sequence[float],
+    direction: Sequence[float],
+    rgba: Sequence[float] = DEFAULT_COLOR,
+    scale: float = 1.0,
+    clear_previous: bool = False,
+) -> DrawReq:
     """A ``DrawReq`` with one arrow from ``origin`` along ``direction * scale``.
 
     Raises
@@ -185,8 +193,14 @@ def arrow_request(origin: Sequence[float], direction: Sequence[float], rgba: Seq
     return DrawReq(arrows=(arrow,), clear_previous=bool(clear_previous))
 
 
-def velocity_request(origin: Sequence[float], lin_vel_x: float, lin_vel_y: float, ang_vel_z: float,
-                     scale: float = 1.0, clear_previous: bool = False) -> DrawReq:
+def velocity_request(
+    origin: Sequence[float],
+    lin_vel_x: float,
+    lin_vel_y: float,
+    ang_vel_z: float,
+    scale: float = 1.0,
+    clear_previous: bool = False,
+) -> DrawReq:
     """A ``DrawReq`` with a velocity command drawn at ``origin``.
 
     Raises
@@ -194,8 +208,13 @@ def velocity_request(origin: Sequence[float], lin_vel_x: float, lin_vel_y: float
     DrawInputError
         See the module notes; the message names the field.
     """
-    cmd = VelocityCommand(vec(origin, "origin"), number(lin_vel_x, "lin_vel_x"), number(lin_vel_y, "lin_vel_y"),
-                          number(ang_vel_z, "ang_vel_z"), scale_value(scale))
+    cmd = VelocityCommand(
+        vec(origin, "origin"),
+        number(lin_vel_x, "lin_vel_x"),
+        number(lin_vel_y, "lin_vel_y"),
+        number(ang_vel_z, "ang_vel_z"),
+        scale_value(scale),
+    )
     return DrawReq(velocity_command=cmd, clear_previous=bool(clear_previous))
 
 

@@ -571,9 +571,11 @@ class History:
         m = self._held_since(secs, self._t, min(count, self._cap))
         k = self._sel_ids.shape[0]
         sel_block = ring_tail(self._sel[:k], m, count, axis=1) if k else None
-        selected = {} if sel_block is None else {
-            int(env): np.ascontiguousarray(sel_block[slot]) for slot, env in enumerate(self._sel_ids)
-        }
+        selected = (
+            {}
+            if sel_block is None
+            else {int(env): np.ascontiguousarray(sel_block[slot]) for slot, env in enumerate(self._sel_ids)}
+        )
         if raster:
             rm = self._held_since(secs, self._raster_t, min(count, self._rcap))
             raster_rows = ring_tail(self._raster, rm, count)
@@ -638,8 +640,13 @@ class History:
             ring_tail(self._raster, m, self._count),
         )
 
-    def to_csv(self, path_or_file: str | os.PathLike[str] | TextIO, seconds: float | None = None, *,
-               wall_offset: float | None = None) -> int:
+    def to_csv(
+        self,
+        path_or_file: str | os.PathLike[str] | TextIO,
+        seconds: float | None = None,
+        *,
+        wall_offset: float | None = None,
+    ) -> int:
         """Write the scalar series (and selected envs) as CSV, oldest first.
 
         Columns: ``frame_seq,t_monotonic_s,wall_time,mean,min,max,p10,p90,dones,truncateds``
@@ -670,8 +677,7 @@ class History:
         """
         view = self.window(seconds, raster=False)
         offset = time.time() - time.monotonic() if wall_offset is None else float(wall_offset)
-        header = ["frame_seq", "t_monotonic_s", "wall_time", "mean", "min", "max", "p10", "p90", "dones",
-                  "truncateds"]
+        header = ["frame_seq", "t_monotonic_s", "wall_time", "mean", "min", "max", "p10", "p90", "dones", "truncateds"]
         header += [f"env_{env}" for env in view.selected]
         wall = [_iso(t + offset) for t in view.t.tolist()]
         columns = [

@@ -48,8 +48,12 @@ class LinkState(enum.Enum):
 
     @property
     def healthy(self) -> bool:
-        return self in (LinkState.CONNECTED, LinkState.FREE_RUNNING, LinkState.ENGINE_STEPPING,
-                        LinkState.WAITING_FOR_TRAINER)
+        return self in (
+            LinkState.CONNECTED,
+            LinkState.FREE_RUNNING,
+            LinkState.ENGINE_STEPPING,
+            LinkState.WAITING_FOR_TRAINER,
+        )
 
 
 @dataclass(frozen=True)
@@ -449,8 +453,9 @@ class MonitorCore:
             self.rates.frames_per_s = max(0.0, (samples[-1][1] - f0) / dt)
             self.rates.images_per_s = max(0.0, (samples[-1][2] - i0) / dt)
 
-    def _classify(self, att: _Attached, now: float, frame_seq: int, action_seq: int, client_pid: int,
-                  engine_state: int) -> None:
+    def _classify(
+        self, att: _Attached, now: float, frame_seq: int, action_seq: int, client_pid: int, engine_state: int
+    ) -> None:
         hb_age = now - att.heartbeat_changed_at
         idle = now - att.frame_changed_at
         if engine_state == EngineState.CLOSING:

@@ -384,8 +384,13 @@ class TileBuffers:
 
     def copy(self, images: np.ndarray, src_format: str, bottom_up: bool, o: DisplayOptions) -> None:
         assert self.back is not None
-        self.back.tile(images, src_format=src_format, flip_rows=bottom_up != o.flip_rows, swap_rb=o.swap_rb,
-                       show_alpha=o.show_alpha)
+        self.back.tile(
+            images,
+            src_format=src_format,
+            flip_rows=bottom_up != o.flip_rows,
+            swap_rb=o.swap_rb,
+            show_alpha=o.show_alpha,
+        )
 
     def swap(self) -> None:
         self.front, self.back = self.back, self.front
@@ -447,8 +452,9 @@ class MonitorSession:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.clock = clock
-        self._link = MonitorCore(name, prefix=prefix, image_sink=self._sink if images else None,
-                                 stall_after=stall_after, clock=clock)
+        self._link = MonitorCore(
+            name, prefix=prefix, image_sink=self._sink if images else None, stall_after=stall_after, clock=clock
+        )
         self._link.copy_images = images
         self._link.on_attach = self._configure_grid
         self._link.poll_period = 1.0 / poll_hz
@@ -542,12 +548,19 @@ class MonitorSession:
         new_image = False
         if frame is not None:
             hist = self.history
-            if frame.frame_seq > 0 and (hist is not None and
-                                        (hist.last_frame_seq is None or frame.frame_seq > hist.last_frame_seq)):
+            if frame.frame_seq > 0 and (
+                hist is not None and (hist.last_frame_seq is None or frame.frame_seq > hist.last_frame_seq)
+            ):
                 hist.append(frame.frame_seq, now, frame.rewards, frame.dones, frame.truncateds)
-            fd = FrameData(frame.frame_seq, frame.action_seq, _ro(frame.rewards), _ro(frame.dones),
-                           None if frame.truncateds is None else _ro(frame.truncateds), frame.hot_ok,
-                           frame.frames_skipped)
+            fd = FrameData(
+                frame.frame_seq,
+                frame.action_seq,
+                _ro(frame.rewards),
+                _ro(frame.dones),
+                None if frame.truncateds is None else _ro(frame.truncateds),
+                frame.hot_ok,
+                frame.frames_skipped,
+            )
             if frame.image_updated and self._copy_error is None and self._buffers.back is not None:
                 self._buffers.swap()
                 new_image = True
@@ -615,8 +628,9 @@ class MonitorSession:
         if h is None or not (h.services_available >> bit & 1):
             self._results.append(CommandResult("service", bit, "error", "error: service not available"))
             return
-        self._send("service", bit, MethodId.SetServiceEnabledReq,
-                   SetServiceEnabledReq(service=bit, enabled=bool(enabled)))
+        self._send(
+            "service", bit, MethodId.SetServiceEnabledReq, SetServiceEnabledReq(service=bit, enabled=bool(enabled))
+        )
 
     def set_sim_mode(self, mode: int) -> None:
         """Ask the engine for simulation mode ``mode`` (0 realtime, 1 deterministic, 2 fast)."""
@@ -654,12 +668,14 @@ class MonitorSession:
             self._repeat = ("", 0.0)
             return
         if kind not in DRAW_KINDS:
-            self._results.append(CommandResult(kind, 0, "error",
-                                               f"error: cannot repeat {kind!r}; choose line, arrow or velocity"))
+            self._results.append(
+                CommandResult(kind, 0, "error", f"error: cannot repeat {kind!r}; choose line, arrow or velocity")
+            )
             return
         if kind not in self._last_draw:
-            self._results.append(CommandResult(kind, 0, "error",
-                                               f"error: nothing to repeat: send the {kind} once first"))
+            self._results.append(
+                CommandResult(kind, 0, "error", f"error: nothing to repeat: send the {kind} once first")
+            )
             return
         self._repeat_next = self.clock()
         self._repeat = (kind, min(float(hz), MAX_REPEAT_HZ))
@@ -701,8 +717,7 @@ class MonitorSession:
         if not h.has_tools:
             self._tools = ToolsState(False, reason="engine exports no tools channel")
         elif not self._want_tools:
-            self._tools = ToolsState(True, reason="read-only session (sends nothing)",
-                                     ring_size=h.tools_ring_size)
+            self._tools = ToolsState(True, reason="read-only session (sends nothing)", ring_size=h.tools_ring_size)
         else:
             self._tools = ToolsState(True, reason="tools channel not claimed yet", ring_size=h.tools_ring_size)
         self._next_claim = now
@@ -718,8 +733,9 @@ class MonitorSession:
         self._src_format = h.pixel_format
         self._bottom_up = h.bottom_up
         try:
-            err = self._buffers.configure(h.num_envs, h.image_height, h.image_width, h.image_channels,
-                                          self._display.columns)
+            err = self._buffers.configure(
+                h.num_envs, h.image_height, h.image_width, h.image_channels, self._display.columns
+            )
         except TilerError as exc:  # a grid too large to allocate: say so, show no images
             self._buffers = TileBuffers()
             self._display_error = f"images not shown: {exc}"
@@ -839,8 +855,14 @@ class MonitorSession:
     def _refresh_segments(self) -> None:
         wall = time.time()
         rows = tuple(
-            SegmentEntry(i.name, i.server_pid, i.error is None and i.server_alive, i.num_envs,
-                         None if i.started is None else max(0.0, wall - i.started), i.error)
+            SegmentEntry(
+                i.name,
+                i.server_pid,
+                i.error is None and i.server_alive,
+                i.num_envs,
+                None if i.started is None else max(0.0, wall - i.started),
+                i.error,
+            )
             for i in list_segments(self._link.prefix)
         )
         if [(r.name, r.alive, r.num_envs, r.error) for r in rows] != [
@@ -850,24 +872,48 @@ class MonitorSession:
         self._segments = rows
 
     # ------------------------------------------------------------ internals: the Tick
-    def _tick(self, now: float, fd: FrameData | None, new_image: bool, traffic: tuple[TrafficEntry, ...],
-              image_seq: int = 0, image_frame_seq: int = 0) -> Tick:
+    def _tick(
+        self,
+        now: float,
+        fd: FrameData | None,
+        new_image: bool,
+        traffic: tuple[TrafficEntry, ...],
+        image_seq: int = 0,
+        image_frame_seq: int = 0,
+    ) -> Tick:
         self._seq += 1
         link = self._link
         st = link.status
         raw = link.live
-        live = None if raw is None else LiveFields(
-            raw.client_pid, raw.frame_seq, raw.action_seq, raw.image_seq, raw.image_frame_seq, raw.heartbeat_ns,
-            raw.services_enabled, raw.sim_mode, raw.engine_state)
+        live = (
+            None
+            if raw is None
+            else LiveFields(
+                raw.client_pid,
+                raw.frame_seq,
+                raw.action_seq,
+                raw.image_seq,
+                raw.image_frame_seq,
+                raw.heartbeat_ns,
+                raw.services_enabled,
+                raw.sim_mode,
+                raw.engine_state,
+            )
+        )
         image = None
         b = self._buffers
         if b.has_frame and b.front is not None and self._header is not None:
             prev = self._last_image
             image = ImageFrame(
-                grid=_ro(b.front.grid), layout=b.front,
+                grid=_ro(b.front.grid),
+                layout=b.front,
                 image_seq=image_seq if new_image else (prev.image_seq if prev else 0),
                 image_frame_seq=image_frame_seq if new_image else (prev.image_frame_seq if prev else 0),
-                src_format=self._src_format, bottom_up=self._bottom_up, options=self._display, new=new_image)
+                src_format=self._src_format,
+                bottom_up=self._bottom_up,
+                options=self._display,
+                new=new_image,
+            )
         self._last_image = image
         results, self._results = tuple(self._results), []
         pend = self._pending.values()
@@ -875,7 +921,10 @@ class MonitorSession:
             pending_services=frozenset(t for k, t in pend if k == "service"),
             sim_pending=any(k == "sim" for k, _ in pend),
             draw_pending=any(k in (*DRAW_KINDS, "clear") for k, _ in pend),
-            repeat_kind=self._repeat[0], repeat_hz=self._repeat[1], draws_answered=self._draws_answered)
+            repeat_kind=self._repeat[0],
+            repeat_hz=self._repeat[1],
+            draws_answered=self._draws_answered,
+        )
         return Tick(
             t=now,
             seq=self._seq,
@@ -928,20 +977,24 @@ def _age_bucket(age: float | None) -> int:
 
 def _result(kind: str, target: int, r: Reply) -> CommandResult:
     if r.error is not None:
-        return CommandResult(kind, target, "error", f"error: {r.error}", r.rtt_s if r.response else None,
-                             r.correlation_id)
+        return CommandResult(
+            kind, target, "error", f"error: {r.error}", r.rtt_s if r.response else None, r.correlation_id
+        )
     payload = r.response.payload if r.response is not None else None
     if kind in (*DRAW_KINDS, "clear"):
         if isinstance(payload, DrawResp) and not payload.success:
-            return CommandResult(kind, target, "error", f"failed (engine: success = false) {ms_text(r.rtt_s)}",
-                                 r.rtt_s, r.correlation_id)
+            return CommandResult(
+                kind, target, "error", f"failed (engine: success = false) {ms_text(r.rtt_s)}", r.rtt_s, r.correlation_id
+            )
         return CommandResult(kind, target, "ok", f"success {ms_text(r.rtt_s)}", r.rtt_s, r.correlation_id)
     if kind == "service" and not isinstance(payload, SetServiceEnabledResp):
-        return CommandResult(kind, target, "error", f"error: unexpected reply {type(payload).__name__}", r.rtt_s,
-                             r.correlation_id)
+        return CommandResult(
+            kind, target, "error", f"error: unexpected reply {type(payload).__name__}", r.rtt_s, r.correlation_id
+        )
     if kind == "sim" and not isinstance(payload, SetSimulationModeResp):
-        return CommandResult(kind, target, "error", f"error: unexpected reply {type(payload).__name__}", r.rtt_s,
-                             r.correlation_id)
+        return CommandResult(
+            kind, target, "error", f"error: unexpected reply {type(payload).__name__}", r.rtt_s, r.correlation_id
+        )
     return CommandResult(kind, target, "ok", f"ok {ms_text(r.rtt_s)}", r.rtt_s, r.correlation_id)
 
 
@@ -953,8 +1006,14 @@ def _build_draw(kind: str, v: dict[str, Any]) -> DrawReq:
     if kind == "arrow":
         return drawing.arrow_request(v["origin"], v["direction"], rgba, scale=v.get("scale", 1.0), clear_previous=clear)
     if kind == "velocity":
-        return drawing.velocity_request(v.get("origin", (0.0, 0.0, 0.0)), v["lin_vel_x"], v["lin_vel_y"],
-                                        v["ang_vel_z"], scale=v.get("scale", 1.0), clear_previous=clear)
+        return drawing.velocity_request(
+            v.get("origin", (0.0, 0.0, 0.0)),
+            v["lin_vel_x"],
+            v["lin_vel_y"],
+            v["ang_vel_z"],
+            scale=v.get("scale", 1.0),
+            clear_previous=clear,
+        )
     if kind == "clear":
         return drawing.clear_request()
     raise ValueError(f"unknown draw kind {kind!r}; choose line, arrow, velocity or clear")

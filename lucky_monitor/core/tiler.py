@@ -79,7 +79,6 @@ MAX_SIDE = 4096
 MAX_ENVS = 4096
 
 
-
 class TilerError(LuckyMonitorError):
     """The tiler was given a geometry or a batch of images it cannot tile."""
 

@@ -118,6 +118,7 @@ LIVE_FIELDS = (
     "engine_state",
 )
 
+
 def _struct_for(fields: tuple[tuple[str, int, str], ...]) -> struct.Struct:
     fmt, pos = "<", 0
     for _, off, code in fields:
@@ -329,8 +330,15 @@ def _check_prototype(buf: Any, h: Header) -> None:
     )
     if Mode.get(h.mode) is None or pad != b"\0\0\0":
         raise IncompatibleLayout("mode", f"byte 16-19 hold {proto_envs}, not a mode 0/1 plus zero padding: {hint}")
-    for name in ("obs_offset", "act_offset", "rewards_offset", "dones_offset", "resets_offset",
-                 "cmd_s2c_offset", "cmd_c2s_offset"):
+    for name in (
+        "obs_offset",
+        "act_offset",
+        "rewards_offset",
+        "dones_offset",
+        "resets_offset",
+        "cmd_s2c_offset",
+        "cmd_c2s_offset",
+    ):
         off = getattr(h, name)
         if off < HEADER_SIZE:
             raise IncompatibleLayout(name, f"{off} points inside the {HEADER_SIZE}-byte header: {hint}")
@@ -402,9 +410,7 @@ def validate(buf: Any, mapped_size: int | None = None) -> Header:
     # what is mapped; or, from an engine without the extension, the mapping.
     if h.segment_size:
         if h.segment_size > have:
-            raise TruncatedSegment(
-                "segment_size", f"header claims {h.segment_size} bytes but only {have} are mapped"
-            )
+            raise TruncatedSegment("segment_size", f"header claims {h.segment_size} bytes but only {have} are mapped")
         if h.segment_size < HEADER_SIZE:
             raise TruncatedSegment("segment_size", f"{h.segment_size} is smaller than the header")
         limit = h.segment_size
@@ -492,16 +498,44 @@ def plan(
         tools_o, tools_ring_size = 0, 0
     total = _align(off, 4096)
     return Header(
-        magic=MAGIC, version=VERSION, server_pid=server_pid, client_pid=0, mode=int(mode),
-        num_envs=n, obs_size=obs_size, act_size=act_size, frame_seq=0, action_seq=0,
-        obs_offset=obs_o, act_offset=act_o, rewards_offset=rew_o, dones_offset=done_o,
-        resets_offset=reset_o, cmd_s2c_offset=s2c_o, cmd_c2s_offset=c2s_o,
-        cmd_ring_size=cmd_ring_size, image_offset=img_o, image_width=w, image_height=hgt,
-        image_channels=c, gpu_available=0, gpu_obs_mode=int(GpuObsMode.CPU), gpu_obs_handle=bytes(64),
-        gpu_device_id=0, truncateds_offset=trunc_o, segment_size=total, session_id=session_id,
-        image_seq=0, image_frame_seq=0, heartbeat_ns=0, image_format=int(image_format),
-        image_flags=image_flags, services_available=services_available,
+        magic=MAGIC,
+        version=VERSION,
+        server_pid=server_pid,
+        client_pid=0,
+        mode=int(mode),
+        num_envs=n,
+        obs_size=obs_size,
+        act_size=act_size,
+        frame_seq=0,
+        action_seq=0,
+        obs_offset=obs_o,
+        act_offset=act_o,
+        rewards_offset=rew_o,
+        dones_offset=done_o,
+        resets_offset=reset_o,
+        cmd_s2c_offset=s2c_o,
+        cmd_c2s_offset=c2s_o,
+        cmd_ring_size=cmd_ring_size,
+        image_offset=img_o,
+        image_width=w,
+        image_height=hgt,
+        image_channels=c,
+        gpu_available=0,
+        gpu_obs_mode=int(GpuObsMode.CPU),
+        gpu_obs_handle=bytes(64),
+        gpu_device_id=0,
+        truncateds_offset=trunc_o,
+        segment_size=total,
+        session_id=session_id,
+        image_seq=0,
+        image_frame_seq=0,
+        heartbeat_ns=0,
+        image_format=int(image_format),
+        image_flags=image_flags,
+        services_available=services_available,
         services_enabled=services_available if services_enabled is None else services_enabled,
-        sim_mode=int(sim_mode), engine_state=int(EngineState.INITIALISING),
-        tools_offset=tools_o, tools_ring_size=tools_ring_size,
+        sim_mode=int(sim_mode),
+        engine_state=int(EngineState.INITIALISING),
+        tools_offset=tools_o,
+        tools_ring_size=tools_ring_size,
     )

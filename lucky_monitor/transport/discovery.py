@@ -181,10 +181,17 @@ def _info(name: str, path: str) -> SegmentInfo | None:
                 size, mtime = st.st_size, st.st_mtime
         return SegmentInfo(name, path, size, mtime, 0, False, 0, False, 0, 0, str(exc))
     return SegmentInfo(
-        name=name, path=path, size=size, mtime=mtime,
-        server_pid=h.server_pid, server_alive=pid_alive(h.server_pid),
-        client_pid=h.client_pid, client_alive=pid_alive(h.client_pid),
-        num_envs=h.num_envs, session_id=h.session_id, error=None,
+        name=name,
+        path=path,
+        size=size,
+        mtime=mtime,
+        server_pid=h.server_pid,
+        server_alive=pid_alive(h.server_pid),
+        client_pid=h.client_pid,
+        client_alive=pid_alive(h.client_pid),
+        num_envs=h.num_envs,
+        session_id=h.session_id,
+        error=None,
         started=process_start_time(h.server_pid),
     )
 
@@ -206,8 +213,21 @@ def list_segments(prefix: str = DEFAULT_PREFIX) -> list[SegmentInfo]:
             if not e.name.startswith(prefix):
                 continue
             if not NAME_RE.fullmatch(e.name):
-                found.append(SegmentInfo(e.name, e.path, 0, 0.0, 0, False, 0, False, 0, 0,
-                                         "name has characters outside A-Z a-z 0-9 _ . -"))
+                found.append(
+                    SegmentInfo(
+                        e.name,
+                        e.path,
+                        0,
+                        0.0,
+                        0,
+                        False,
+                        0,
+                        False,
+                        0,
+                        0,
+                        "name has characters outside A-Z a-z 0-9 _ . -",
+                    )
+                )
                 continue
             info = _info(e.name, e.path)
             if info is not None:

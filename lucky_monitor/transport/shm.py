@@ -329,10 +329,14 @@ def _win_mapping_size(name: str, *, write: bool) -> int:
 
     class MBI(ctypes.Structure):
         _fields_ = [
-            ("BaseAddress", ctypes.c_void_p), ("AllocationBase", ctypes.c_void_p),
-            ("AllocationProtect", wintypes.DWORD), ("PartitionId", wintypes.WORD),
-            ("RegionSize", ctypes.c_size_t), ("State", wintypes.DWORD),
-            ("Protect", wintypes.DWORD), ("Type", wintypes.DWORD),
+            ("BaseAddress", ctypes.c_void_p),
+            ("AllocationBase", ctypes.c_void_p),
+            ("AllocationProtect", wintypes.DWORD),
+            ("PartitionId", wintypes.WORD),
+            ("RegionSize", ctypes.c_size_t),
+            ("State", wintypes.DWORD),
+            ("Protect", wintypes.DWORD),
+            ("Type", wintypes.DWORD),
         ]
 
     k32.VirtualQuery.argtypes = [ctypes.c_void_p, ctypes.POINTER(MBI), ctypes.c_size_t]
@@ -545,8 +549,10 @@ class _Mapped:
         h = self.header
         rings = [("cmd_s2c", h.cmd_s2c_offset, h.cmd_ring_size), ("cmd_c2s", h.cmd_c2s_offset, h.cmd_ring_size)]
         if h.tools_offset:
-            rings += [("tools_c2s", h.tools_c2s_offset, h.tools_ring_size),
-                      ("tools_s2c", h.tools_s2c_offset, h.tools_ring_size)]
+            rings += [
+                ("tools_c2s", h.tools_c2s_offset, h.tools_ring_size),
+                ("tools_s2c", h.tools_s2c_offset, h.tools_ring_size),
+            ]
         out = {}
         for name, off, cap in rings:
             r0 = struct.unpack_from("<I", self.buf, off + 4)[0]
@@ -775,7 +781,6 @@ class TrainerSegment(_Writable):
         seg = cls.__new__(cls)
         _attach(seg, name, write=True)
         return seg
-
 
 
 class EngineSegment(_Writable):

@@ -17,8 +17,10 @@ class DisplayError(LuckyMonitorError):
     exit_code = 2
 
 
-XCB_PACKAGES = ("libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 "
-                "libxcb-xkb1 libxkbcommon-x11-0 libxcb-shape0 libxcb-randr0 libxcb-xfixes0")
+XCB_PACKAGES = (
+    "libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 "
+    "libxcb-xkb1 libxkbcommon-x11-0 libxcb-shape0 libxcb-randr0 libxcb-xfixes0"
+)
 
 _PROBE = "import sys\nfrom PySide6.QtGui import QGuiApplication\nQGuiApplication(sys.argv[:1])\n"
 
@@ -37,16 +39,20 @@ def check_display(screenshot: bool = False) -> None:
         if screenshot:
             os.environ["QT_QPA_PLATFORM"] = "offscreen"  # a picture needs no screen
             return
-        raise DisplayError("no display (DISPLAY/WAYLAND_DISPLAY unset); run under a desktop, use xvfb-run, "
-                           "or pass --screenshot FILE --quit-after S to render offscreen")
+        raise DisplayError(
+            "no display (DISPLAY/WAYLAND_DISPLAY unset); run under a desktop, use xvfb-run, "
+            "or pass --screenshot FILE --quit-after S to render offscreen"
+        )
     try:
         probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise DisplayError(f"could not start Qt on this display: {exc}") from None
     if probe.returncode != 0:
         hint = next((ln for ln in probe.stderr.splitlines() if "qt.qpa" in ln or "could not" in ln.lower()), "")
-        raise DisplayError(f"Qt cannot open a window on this display ({hint.strip() or 'platform plugin failed'}); "
-                           f"on Debian/Ubuntu: sudo apt-get install {XCB_PACKAGES}")
+        raise DisplayError(
+            f"Qt cannot open a window on this display ({hint.strip() or 'platform plugin failed'}); "
+            f"on Debian/Ubuntu: sudo apt-get install {XCB_PACKAGES}"
+        )
 
 
 def check_screenshot_path(path: str) -> None:
@@ -106,6 +112,7 @@ def run_window(args: argparse.Namespace) -> int:
 
     if args.quit_after:
         QtCore.QTimer.singleShot(int(args.quit_after * 1000), finish)
+
     def on_sigint(*_: object) -> None:
         # Python runs this between two bytecodes, possibly in the middle of a tick:
         # close from the event loop, never from inside the tick.

@@ -199,9 +199,16 @@ class SegmentListModel(_RowModel):
     def auto_row(newest: SegmentEntry | None) -> dict[str, Any]:
         """The *auto* entry, naming the segment it currently means."""
         label = f"auto: newest live ({newest.name})" if newest else "auto: newest live (none yet)"
-        return {"name": "", "label": label, "serverPid": float(newest.server_pid) if newest else 0.0,
-                "alive": newest is not None, "numEnvs": newest.num_envs if newest else 0, "age": "",
-                "error": "", "isAuto": True}
+        return {
+            "name": "",
+            "label": label,
+            "serverPid": float(newest.server_pid) if newest else 0.0,
+            "alive": newest is not None,
+            "numEnvs": newest.num_envs if newest else 0,
+            "age": "",
+            "error": "",
+            "isAuto": True,
+        }
 
     @staticmethod
     def info_row(info: SegmentEntry) -> dict[str, Any]:
@@ -213,15 +220,30 @@ class SegmentListModel(_RowModel):
             label = f"{info.name} · engine gone"
         else:
             label = f"{info.name} · {info.num_envs} envs · {age}" if age else f"{info.name} · {info.num_envs} envs"
-        return {"name": info.name, "label": label, "serverPid": float(info.server_pid),
-                "alive": info.alive, "numEnvs": info.num_envs, "age": age,
-                "error": info.error or "", "isAuto": False}
+        return {
+            "name": info.name,
+            "label": label,
+            "serverPid": float(info.server_pid),
+            "alive": info.alive,
+            "numEnvs": info.num_envs,
+            "age": age,
+            "error": info.error or "",
+            "isAuto": False,
+        }
 
     @staticmethod
     def missing_row(name: str) -> dict[str, Any]:
         """A chosen segment that does not exist (the monitor keeps looking for it)."""
-        return {"name": name, "label": f"{name} · not found", "serverPid": 0.0, "alive": False, "numEnvs": 0,
-                "age": "", "error": "not found", "isAuto": False}
+        return {
+            "name": name,
+            "label": f"{name} · not found",
+            "serverPid": 0.0,
+            "alive": False,
+            "numEnvs": 0,
+            "age": "",
+            "error": "not found",
+            "isAuto": False,
+        }
 
     def index_of(self, name: str) -> int:
         """Row of segment ``name`` ("" is auto, row 0); -1 if absent."""
@@ -245,11 +267,19 @@ class ServiceListModel(_RowModel):
     DISPLAY = "name"
 
     def __init__(self, parent: QObject | None = None) -> None:
-        rows = [{"name": n, "bit": i, "available": False, "enabled": False, "pending": False, "lastResult": "",
-                 "resultKind": ResultKind.NONE.value} for i, n in enumerate(Service.labels())]
+        rows = [
+            {
+                "name": n,
+                "bit": i,
+                "available": False,
+                "enabled": False,
+                "pending": False,
+                "lastResult": "",
+                "resultKind": ResultKind.NONE.value,
+            }
+            for i, n in enumerate(Service.labels())
+        ]
         super().__init__(rows, parent)
-
-
 
 
 # ---------------------------------------------------------------------------
@@ -468,14 +498,25 @@ class MonitorBackend(QObject):
             self._generation = tick.generation
             self._on_attach(tick.header)
             self._next_live = 0.0
-        self._set(segmentName=tick.name or "", state=tick.state.value, stateText=tick.text,
-                  reason=tick.reason or "", notice=tick.notice or "", healthy=tick.state.healthy,
-                  stateColor=state_color(tick.state), attached=tick.header is not None)
+        self._set(
+            segmentName=tick.name or "",
+            state=tick.state.value,
+            stateText=tick.text,
+            reason=tick.reason or "",
+            notice=tick.notice or "",
+            healthy=tick.state.healthy,
+            stateColor=state_color(tick.state),
+            attached=tick.header is not None,
+        )
         tools = tick.tools
-        self._set(toolsAvailable=tools.ours, toolsReason=tools.reason,
-                  toolsText=_DASH if tick.header is None else (
-                      f"{bytes_text(tools.ring_size)} ×2" if tools.exported else "none"),
-                  toolsOwnerText=_DASH if tick.header is None else tools.owner_text)
+        self._set(
+            toolsAvailable=tools.ours,
+            toolsReason=tools.reason,
+            toolsText=_DASH
+            if tick.header is None
+            else (f"{bytes_text(tools.ring_size)} ×2" if tools.exported else "none"),
+            toolsOwnerText=_DASH if tick.header is None else tools.owner_text,
+        )
         self._apply_commands(tick)
         for r in tick.results:
             self._apply_result(r)
@@ -522,24 +563,48 @@ class MonitorBackend(QObject):
         self._session.set_sim_mode(int(mode))
 
     @Slot(float, float, float, float, float, float, float, float, float, float, bool)
-    def drawLine(self, x0: float, y0: float, z0: float, x1: float, y1: float, z1: float,
-                 r: float, g: float, b: float, a: float, clear: bool) -> None:
+    def drawLine(
+        self,
+        x0: float,
+        y0: float,
+        z0: float,
+        x1: float,
+        y1: float,
+        z1: float,
+        r: float,
+        g: float,
+        b: float,
+        a: float,
+        clear: bool,
+    ) -> None:
         """Draw a line from ``(x0, y0, z0)`` to ``(x1, y1, z1)`` in colour ``rgba`` (0..1)."""
         self._draw("line", start=(x0, y0, z0), end=(x1, y1, z1), rgba=(r, g, b, a), clear=clear)
 
     @Slot(float, float, float, float, float, float, float, float, float, float, float, bool)
-    def drawArrow(self, ox: float, oy: float, oz: float, dx: float, dy: float, dz: float,
-                  r: float, g: float, b: float, a: float, scale: float, clear: bool) -> None:
+    def drawArrow(
+        self,
+        ox: float,
+        oy: float,
+        oz: float,
+        dx: float,
+        dy: float,
+        dz: float,
+        r: float,
+        g: float,
+        b: float,
+        a: float,
+        scale: float,
+        clear: bool,
+    ) -> None:
         """Draw an arrow at ``(ox, oy, oz)`` along ``(dx, dy, dz) * scale`` in colour ``rgba``."""
-        self._draw("arrow", origin=(ox, oy, oz), direction=(dx, dy, dz), rgba=(r, g, b, a), scale=scale,
-                   clear=clear)
+        self._draw("arrow", origin=(ox, oy, oz), direction=(dx, dy, dz), rgba=(r, g, b, a), scale=scale, clear=clear)
 
     @Slot(float, float, float, float, float, float, float, bool)
-    def drawVelocity(self, ox: float, oy: float, oz: float, vx: float, vy: float, wz: float,
-                     scale: float, clear: bool) -> None:
+    def drawVelocity(
+        self, ox: float, oy: float, oz: float, vx: float, vy: float, wz: float, scale: float, clear: bool
+    ) -> None:
         """Draw a velocity command (``lin_vel_x``, ``lin_vel_y``, ``ang_vel_z``) at ``(ox, oy, oz)``."""
-        self._draw("velocity", origin=(ox, oy, oz), lin_vel_x=vx, lin_vel_y=vy, ang_vel_z=wz, scale=scale,
-                   clear=clear)
+        self._draw("velocity", origin=(ox, oy, oz), lin_vel_x=vx, lin_vel_y=vy, ang_vel_z=wz, scale=scale, clear=clear)
 
     @Slot()
     def clearDrawings(self) -> None:
@@ -584,17 +649,26 @@ class MonitorBackend(QObject):
     def _on_attach(self, h: Header | None) -> None:
         """A new attach (or a detach): facts from the header, every per-attach value afresh."""
         self._set(**{k: d for k, (g, d) in _FIELDS.items() if g in ("facts", "rates")})
-        self._set(simModePending=False, simModeResult="", simModeResultKind="", lastDrawResult="",
-                  lastDrawResultKind="", lastRttMs=-1.0, drawPending=False, drawCount=0)
+        self._set(
+            simModePending=False,
+            simModeResult="",
+            simModeResultKind="",
+            lastDrawResult="",
+            lastDrawResultKind="",
+            lastRttMs=-1.0,
+            drawPending=False,
+            drawCount=0,
+        )
         for bit in range(len(Service)):
             avail = h is not None and bool(h.services_available >> bit & 1)
-            self._services.update_row(bit, available=avail, enabled=False, pending=False, lastResult="",
-                                      resultKind="")
+            self._services.update_row(bit, available=avail, enabled=False, pending=False, lastResult="", resultKind="")
         if h is None:
             return
         if h.has_images:
-            image = (f"{h.image_width}×{h.image_height}×{h.image_channels} {h.pixel_format}, "
-                     f"{'bottom-up' if h.bottom_up else 'top-down'}")
+            image = (
+                f"{h.image_width}×{h.image_height}×{h.image_channels} {h.pixel_format}, "
+                f"{'bottom-up' if h.bottom_up else 'top-down'}"
+            )
         else:
             image = "none"
         if h.gpu_available:
@@ -649,8 +723,12 @@ class MonitorBackend(QObject):
         for bit in range(len(Service)):
             if self._services.row(bit)["pending"] and bit not in cmd.pending_services:
                 self._services.update_row(bit, pending=False)
-        self._set(drawPending=cmd.draw_pending, repeatKind=cmd.repeat_kind, repeatHz=cmd.repeat_hz,
-                  drawCount=cmd.draws_answered)
+        self._set(
+            drawPending=cmd.draw_pending,
+            repeatKind=cmd.repeat_kind,
+            repeatHz=cmd.repeat_hz,
+            drawCount=cmd.draws_answered,
+        )
         if not cmd.sim_pending:
             self._set(simModePending=False)
 

@@ -367,9 +367,12 @@ class ImageGridWidget(QtWidgets.QWidget):
     # ------------------------------------------------------------ frames
     def display_options(self) -> DisplayOptions:
         """The controls' current values as plain :class:`DisplayOptions`."""
-        return DisplayOptions(columns=self.columns_spin.value() or None, flip_rows=self.flip_check.isChecked(),
-                              swap_rb=self.channel_combo.currentIndex() == 1,
-                              show_alpha=self.alpha_check.isChecked())
+        return DisplayOptions(
+            columns=self.columns_spin.value() or None,
+            flip_rows=self.flip_check.isChecked(),
+            swap_rb=self.channel_combo.currentIndex() == 1,
+            show_alpha=self.alpha_check.isChecked(),
+        )
 
     def show_image(self, image: ImageFrame, torn: int = 0) -> None:
         """Show a session's grid (one ``setImage``; no copy) and its counters.
@@ -379,8 +382,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         A change of geometry (envs, image size, columns, alpha) re-fits the view.
         """
         t = image.layout
-        key = (t.num_envs, t.height, t.width, t.channels, t.columns, t.grid_width, t.grid_height,
-               int(t.shows_alpha))
+        key = (t.num_envs, t.height, t.width, t.channels, t.columns, t.grid_width, t.grid_height, int(t.shows_alpha))
         self._frame = image
         self.tiler = t
         self._back = None

@@ -40,6 +40,7 @@ PLOT_EVERY = 6  # ticks: plots refresh at 10 Hz (axis layout is their main cost)
 PLOT_EVERY_MAX = 30  # ... and back off to 2 Hz when painting makes the poll late
 TRAFFIC_EVERY = 12  # ticks: the traffic table repaints at 5 Hz (the taps are read every tick)
 
+
 class MainWindow(QtWidgets.QMainWindow):
     """The whole monitor. ``name=None`` follows the newest live segment.
 
@@ -54,9 +55,15 @@ class MainWindow(QtWidgets.QMainWindow):
         QSettings for lucky-monitor).
     """
 
-    def __init__(self, name: str | None = None, *, columns: int | None = None,
-                 settings: QtCore.QSettings | None = None, persist: bool = True,
-                 session: MonitorSession | None = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        columns: int | None = None,
+        settings: QtCore.QSettings | None = None,
+        persist: bool = True,
+        session: MonitorSession | None = None,
+    ) -> None:
         super().__init__()
         self.settings = settings or QtCore.QSettings("lucky-monitor", "lucky-monitor")
         self.persist = persist  # False for one-off runs (--columns, --screenshot): nothing is saved
@@ -128,8 +135,10 @@ class MainWindow(QtWidgets.QMainWindow):
         dock = QtWidgets.QDockWidget(title, self)
         dock.setObjectName(title.replace(" ", "_"))
         dock.setWidget(widget)
-        dock.setFeatures(QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetMovable
-                         | QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+        dock.setFeatures(
+            QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetMovable
+            | QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetFloatable
+        )
         self.addDockWidget(area, dock)
         return dock
 

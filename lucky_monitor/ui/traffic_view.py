@@ -41,7 +41,7 @@ class TrafficModel(QtCore.QAbstractTableModel):
 
     def set_entries(self, entries: list[TrafficEntry], t0: float) -> None:
         self.beginResetModel()
-        self._rows = entries[-self.MAX_ROWS:]
+        self._rows = entries[-self.MAX_ROWS :]
         self._t0 = t0
         self.endResetModel()
 

@@ -21,7 +21,7 @@ needs_dev_shm = pytest.mark.skipif(platform_kind() != "dir", reason="segments ar
 
 def checklist_ids() -> set[str]:
     text = LAYOUT.read_text()
-    section = text[text.index("## 14. Conformance checklist"):]
+    section = text[text.index("## 14. Conformance checklist") :]
     return set(re.findall(r"^\| (C\d+) \|", section, flags=re.MULTILINE))
 
 

@@ -26,23 +26,29 @@ def test_builders_make_the_requests() -> None:
     assert d.clear_request().clear_previous
 
 
-@pytest.mark.parametrize(("build", "message"), [
-    (lambda: d.line_request((math.nan, 0, 0), (0, 0, 0)), r"start\.x: nan is not a finite number"),
-    (lambda: d.line_request((0, 0, 0), (0, math.inf, 0)), r"end\.y: inf is not a finite number"),
-    (lambda: d.line_request((1e308, 0, 0), (0, 0, 0)), r"start\.x: 1e\+308 is outside the float32 range"),
-    (lambda: d.line_request((0, 0, 10**400), (0, 0, 0)), r"start\.z: an integer of 401 digits is outside the float32"),
-    (lambda: d.line_request((0, 0), (0, 0, 0)), r"start: expected 3 numbers \(x,y,z\), got 2"),
-    (lambda: d.line_request((0, 0, "1"), (0, 0, 0)), r"start\.z: '1' is not a number"),
-    (lambda: d.line_request((0, 0, True), (0, 0, 0)), r"start\.z: True is not a number"),
-    (lambda: d.line_request((0, 0, 0), (0, 0, 0), (1.5, 0, 0)), r"color\.r: 1\.5 is outside 0\.\.1"),
-    (lambda: d.line_request((0, 0, 0), (0, 0, 0), (1, 0, 0, -0.1)), r"color\.a: -0\.1 is outside 0\.\.1"),
-    (lambda: d.line_request((0, 0, 0), (0, 0, 0), (1, 0)), r"color: expected 3 or 4 numbers \(r,g,b\[,a\]\)"),
-    (lambda: d.arrow_request((0, 0, 0), (1, 0, 0), scale=0), r"scale: 0, must be greater than 0"),
-    (lambda: d.arrow_request((0, 0, 0), (1, 0, 0), scale=-2), r"scale: -2, must be greater than 0"),
-    (lambda: d.arrow_request((0, 0, 0), (1, 0, 0), scale=math.nan), r"scale: nan is not a finite number"),
-    (lambda: d.velocity_request((0, 0, 0), 1, 4e38, 0), r"lin_vel_y: 4e\+38 is outside the float32 range"),
-    (lambda: d.velocity_request((0, 0, 0), 1, 0, 0, scale=0), r"scale: 0, must be greater than 0"),
-])
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: d.line_request((math.nan, 0, 0), (0, 0, 0)), r"start\.x: nan is not a finite number"),
+        (lambda: d.line_request((0, 0, 0), (0, math.inf, 0)), r"end\.y: inf is not a finite number"),
+        (lambda: d.line_request((1e308, 0, 0), (0, 0, 0)), r"start\.x: 1e\+308 is outside the float32 range"),
+        (
+            lambda: d.line_request((0, 0, 10**400), (0, 0, 0)),
+            r"start\.z: an integer of 401 digits is outside the float32",
+        ),
+        (lambda: d.line_request((0, 0), (0, 0, 0)), r"start: expected 3 numbers \(x,y,z\), got 2"),
+        (lambda: d.line_request((0, 0, "1"), (0, 0, 0)), r"start\.z: '1' is not a number"),
+        (lambda: d.line_request((0, 0, True), (0, 0, 0)), r"start\.z: True is not a number"),
+        (lambda: d.line_request((0, 0, 0), (0, 0, 0), (1.5, 0, 0)), r"color\.r: 1\.5 is outside 0\.\.1"),
+        (lambda: d.line_request((0, 0, 0), (0, 0, 0), (1, 0, 0, -0.1)), r"color\.a: -0\.1 is outside 0\.\.1"),
+        (lambda: d.line_request((0, 0, 0), (0, 0, 0), (1, 0)), r"color: expected 3 or 4 numbers \(r,g,b\[,a\]\)"),
+        (lambda: d.arrow_request((0, 0, 0), (1, 0, 0), scale=0), r"scale: 0, must be greater than 0"),
+        (lambda: d.arrow_request((0, 0, 0), (1, 0, 0), scale=-2), r"scale: -2, must be greater than 0"),
+        (lambda: d.arrow_request((0, 0, 0), (1, 0, 0), scale=math.nan), r"scale: nan is not a finite number"),
+        (lambda: d.velocity_request((0, 0, 0), 1, 4e38, 0), r"lin_vel_y: 4e\+38 is outside the float32 range"),
+        (lambda: d.velocity_request((0, 0, 0), 1, 0, 0, scale=0), r"scale: 0, must be greater than 0"),
+    ],
+)
 def test_out_of_range_input_is_refused_naming_the_field(build, message: str) -> None:
     with pytest.raises(d.DrawInputError, match=message) as info:
         build()
@@ -54,13 +60,16 @@ def test_float32_limits_are_inclusive() -> None:
     assert req.lines[0].start.x == d.FLOAT32_MAX
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("1,0", r"--color: expected 3 or 4 numbers \(r,g,b\[,a\]\), got '1,0'"),
-    ("1,0,0,0,1", r"--color: expected 3 or 4 numbers"),
-    ("2,0,0", r"--color\.r: 2 is outside 0\.\.1"),
-    ("1,x,0", r"--color: 'x' in '1,x,0' is not a number"),
-    ("1,nan,0", r"--color: nan is not a finite number"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1,0", r"--color: expected 3 or 4 numbers \(r,g,b\[,a\]\), got '1,0'"),
+        ("1,0,0,0,1", r"--color: expected 3 or 4 numbers"),
+        ("2,0,0", r"--color\.r: 2 is outside 0\.\.1"),
+        ("1,x,0", r"--color: 'x' in '1,x,0' is not a number"),
+        ("1,nan,0", r"--color: nan is not a finite number"),
+    ],
+)
 def test_parse_color_messages(text: str, message: str) -> None:
     with pytest.raises(d.DrawInputError, match=message):
         d.parse_color(text)
@@ -80,8 +89,12 @@ finite32 = st.floats(min_value=-d.FLOAT32_MAX, max_value=d.FLOAT32_MAX, allow_na
 unit = st.floats(min_value=0.0, max_value=1.0)
 
 
-@given(start=st.tuples(finite32, finite32, finite32), direction=st.tuples(finite32, finite32, finite32),
-       rgba=st.tuples(unit, unit, unit, unit), scale=st.floats(min_value=1e-30, max_value=d.FLOAT32_MAX))
+@given(
+    start=st.tuples(finite32, finite32, finite32),
+    direction=st.tuples(finite32, finite32, finite32),
+    rgba=st.tuples(unit, unit, unit, unit),
+    scale=st.floats(min_value=1e-30, max_value=d.FLOAT32_MAX),
+)
 def test_anything_the_builder_accepts_encodes(start, direction, rgba, scale) -> None:
     req = d.arrow_request(start, direction, rgba, scale)
     assert decode(encode(Envelope(MethodId.DrawReq, 1, req))).method == MethodId.DrawReq

@@ -32,8 +32,17 @@ class Clock:
 
 @pytest.fixture
 def engine():
-    eng = ReferenceEngine(EngineConfig(name=unique_segment_name("core"), num_envs=8, obs_size=10, act_size=2,
-                                       image=(16, 12), sim_mode=2, camera_fps=0))
+    eng = ReferenceEngine(
+        EngineConfig(
+            name=unique_segment_name("core"),
+            num_envs=8,
+            obs_size=10,
+            act_size=2,
+            image=(16, 12),
+            sim_mode=2,
+            camera_fps=0,
+        )
+    )
     yield eng
     eng.close()
 
@@ -120,7 +129,7 @@ def test_attach_transient_then_violation_then_stall(segment_factory):
 
 def test_incompatible_header_gives_the_reason(segment_factory):
     seg = segment_factory(num_envs=2, obs_size=2, act_size=1)
-    seg.buf[hdr.OFFSET["version"]:hdr.OFFSET["version"] + 4] = (7).to_bytes(4, "little")
+    seg.buf[hdr.OFFSET["version"] : hdr.OFFSET["version"] + 4] = (7).to_bytes(4, "little")
     core = MonitorCore(seg.name)
     core.poll()
     assert core.status.state is LinkState.INCOMPATIBLE
@@ -171,8 +180,9 @@ def test_command_client_and_traffic_tap(engine):
         replies = client.poll()
         assert [r.correlation_id for r in replies] == [cid]
         assert replies[0].ok and replies[0].response.payload.services_enabled == m.Service.all_mask()
-        client.send(m.MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=int(m.Service.DEBUG),
-                                                                           enabled=False))
+        client.send(
+            m.MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=int(m.Service.DEBUG), enabled=False)
+        )
         client.send(m.MethodId.DrawReq, m.DrawReq(clear_previous=True))
         engine.serve_commands()
         replies = client.poll()

@@ -26,13 +26,23 @@ from lucky_monitor.transport.shm import platform_kind, shm_path
 from lucky_monitor.watch import JSON_KEYS, Watcher
 from tests.conftest import unique_segment_name
 
-pytestmark = [pytest.mark.timeout(90),
-              pytest.mark.skipif(platform_kind() != "dir", reason="segments are exercised on Linux")]
+pytestmark = [
+    pytest.mark.timeout(90),
+    pytest.mark.skipif(platform_kind() != "dir", reason="segments are exercised on Linux"),
+]
 
 
 def config(name: str | None = None, **kw: object) -> EngineConfig:
-    base: dict[str, object] = {"num_envs": 6, "obs_size": 8, "act_size": 2, "image": (16, 12), "sim_mode": 2,
-                               "camera_fps": 0, "cmd_ring_size": 64 * 1024, "tools_ring_size": 16 * 1024}
+    base: dict[str, object] = {
+        "num_envs": 6,
+        "obs_size": 8,
+        "act_size": 2,
+        "image": (16, 12),
+        "sim_mode": 2,
+        "camera_fps": 0,
+        "cmd_ring_size": 64 * 1024,
+        "tools_ring_size": 16 * 1024,
+    }
     base.update(kw)
     return EngineConfig(name=name or unique_segment_name("sess"), **base)  # type: ignore[arg-type]
 
@@ -80,8 +90,7 @@ def test_tick_is_one_consistent_snapshot(engines) -> None:
 
 
 @pytest.mark.parametrize(("second", "channels"), [({"fmt": "rgba"}, 4), ({"fmt": "gray"}, 1), ({"fmt": "bgr"}, 3)])
-def test_engine_recreated_with_another_channel_count_reattaches_in_its_new_geometry(engines, second,
-                                                                                     channels) -> None:
+def test_engine_recreated_with_another_channel_count_reattaches_in_its_new_geometry(engines, second, channels) -> None:
     # Seen: "engine exited — segment lost: src_format: rgb needs 3 channels, images have 4", forever.
     first = ReferenceEngine(config())
     engines.append(first)
@@ -91,8 +100,17 @@ def test_engine_recreated_with_another_channel_count_reattaches_in_its_new_geome
     first.close()
     new = ReferenceEngine(config(first.name, **second), exist_ok=True)
     engines.append(new)
-    t2 = run(s, engines, lambda t: t.header is not None and t.header.session_id == new.header.session_id
-             and t.image is not None and t.image.new, "images of the recreated engine")
+    t2 = run(
+        s,
+        engines,
+        lambda t: (
+            t.header is not None
+            and t.header.session_id == new.header.session_id
+            and t.image is not None
+            and t.image.new
+        ),
+        "images of the recreated engine",
+    )
     assert t2.header.image_channels == channels
     assert t2.state is not LinkState.ENGINE_EXITED and t2.display_error is None
     assert t2.generation > t1.generation
@@ -139,8 +157,9 @@ def test_counters_results_and_rates_belong_to_one_attach(engines) -> None:
     assert dead.live is None and dead.image is None and dead.history is None
     new = ReferenceEngine(config(eng.name), exist_ok=True)
     engines.append(new)
-    back = run(s, engines, lambda t: t.header is not None and t.header.session_id == new.header.session_id,
-               "reattached")
+    back = run(
+        s, engines, lambda t: t.header is not None and t.header.session_id == new.header.session_id, "reattached"
+    )
     assert back.counters.frames_seen <= 1 and back.counters.frames_skipped == 0
     assert back.results == ()
     assert back.reattached == 1 and back.notice and "reattached" in back.notice
@@ -260,22 +279,34 @@ def test_watch_follows_a_kill_and_a_restart_with_another_channel_count(subproces
     name = unique_segment_name("watch")
     py = [sys.executable, "-m", "lucky_monitor"]
     env = dict(subprocess_env)
-    sim_a = subprocess.Popen([*py, "sim", "--name", name, "--envs", "4", "--image", "16x16", "--hz", "100"],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sim_a = subprocess.Popen(
+        [*py, "sim", "--name", name, "--envs", "4", "--image", "16x16", "--hz", "100"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     sim_b = None
     try:
         deadline = time.monotonic() + 20
         while not os.path.exists(shm_path(name)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        watch = subprocess.Popen([*py, "watch", name, "--json", "--seconds", "9", "--interval", "0.5"],
-                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        watch = subprocess.Popen(
+            [*py, "watch", name, "--json", "--seconds", "9", "--interval", "0.5"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(2.5)
         sim_a.send_signal(signal.SIGKILL)
         sim_a.wait()
         time.sleep(1.5)
-        sim_b = subprocess.Popen([*py, "sim", "--name", name, "--envs", "4", "--image", "16x16x4", "--format",
-                                  "rgba", "--hz", "100"], env=env, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
+        sim_b = subprocess.Popen(
+            [*py, "sim", "--name", name, "--envs", "4", "--image", "16x16x4", "--format", "rgba", "--hz", "100"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         out, err = watch.communicate(timeout=30)
         assert watch.returncode == 0, err
     finally:
@@ -289,7 +320,7 @@ def test_watch_follows_a_kill_and_a_restart_with_another_channel_count(subproces
     states = [r["state"] for r in recs if r["event"] == "state"]
     assert states[0] == "free-running"
     assert "engine exited" in states
-    after = states[states.index("engine exited"):]
+    after = states[states.index("engine exited") :]
     assert "free-running" in after, states
     sessions = [r["session_id"] for r in recs if r["session_id"]]
     assert len(set(sessions)) == 2

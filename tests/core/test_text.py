@@ -11,19 +11,39 @@ from hypothesis import strategies as st
 from lucky_monitor.core.text import DASH, age_text, ago_text, bytes_text, ms_text
 
 
-@pytest.mark.parametrize(("n", "want"), [
-    (0, "0 B"), (64, "64 B"), (1023, "1023 B"), (1024, "1 KiB"), (1536, "1.5 KiB"), (512 * 1024, "512 KiB"),
-    (1_400_000, "1.3 MiB"), (1024**3, "1 GiB"), (5 * 1024**4, "5 TiB"), (2048 * 1024**5, "2048 PiB"),
-    (1024 * 1024 - 1, "1.0 MiB"),  # 1023.999 KiB does not print as "1024.0 KiB"
-])
+@pytest.mark.parametrize(
+    ("n", "want"),
+    [
+        (0, "0 B"),
+        (64, "64 B"),
+        (1023, "1023 B"),
+        (1024, "1 KiB"),
+        (1536, "1.5 KiB"),
+        (512 * 1024, "512 KiB"),
+        (1_400_000, "1.3 MiB"),
+        (1024**3, "1 GiB"),
+        (5 * 1024**4, "5 TiB"),
+        (2048 * 1024**5, "2048 PiB"),
+        (1024 * 1024 - 1, "1.0 MiB"),  # 1023.999 KiB does not print as "1024.0 KiB"
+    ],
+)
 def test_bytes_text(n: int, want: str) -> None:
     assert bytes_text(n) == want
 
 
-@pytest.mark.parametrize(("s", "want"), [
-    (0, "0 s"), (12.7, "12 s"), (-5, "0 s"), (59.99, "59 s"), (60, "1 min"), (185, "3 min"), (7300, "2 h"),
-    (86400 * 2.5, "2 d"),
-])
+@pytest.mark.parametrize(
+    ("s", "want"),
+    [
+        (0, "0 s"),
+        (12.7, "12 s"),
+        (-5, "0 s"),
+        (59.99, "59 s"),
+        (60, "1 min"),
+        (185, "3 min"),
+        (7300, "2 h"),
+        (86400 * 2.5, "2 d"),
+    ],
+)
 def test_age_text(s: float, want: str) -> None:
     assert age_text(s) == want
 

@@ -70,9 +70,19 @@ def test_image_format_channels() -> None:
 @pytest.mark.parametrize(
     ("fmt", "channels", "want"),
     [
-        (0, 1, ImageFormat.GRAY), (0, 3, ImageFormat.RGB), (0, 4, ImageFormat.RGBA), (0, 2, None), (0, 0, None),
-        (1, 3, ImageFormat.RGB), (2, 3, ImageFormat.BGR), (4, 4, ImageFormat.BGRA), (5, 1, ImageFormat.GRAY),
-        (1, 4, None), (5, 3, None), (6, 3, None), (2**32 - 1, 3, None),
+        (0, 1, ImageFormat.GRAY),
+        (0, 3, ImageFormat.RGB),
+        (0, 4, ImageFormat.RGBA),
+        (0, 2, None),
+        (0, 0, None),
+        (1, 3, ImageFormat.RGB),
+        (2, 3, ImageFormat.BGR),
+        (4, 4, ImageFormat.BGRA),
+        (5, 1, ImageFormat.GRAY),
+        (1, 4, None),
+        (5, 3, None),
+        (6, 3, None),
+        (2**32 - 1, 3, None),
     ],
 )
 def test_resolve(fmt: int, channels: int, want: ImageFormat | None) -> None:

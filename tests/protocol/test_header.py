@@ -27,34 +27,91 @@ from lucky_monitor.protocol.errors import (
 )
 
 SPEC: dict[str, tuple[int, str]] = {
-    "magic": (0, "I"), "version": (4, "I"), "server_pid": (8, "I"), "client_pid": (12, "I"),
-    "mode": (16, "B"), "num_envs": (20, "I"), "obs_size": (24, "I"), "act_size": (28, "I"),
-    "frame_seq": (32, "Q"), "action_seq": (40, "Q"), "obs_offset": (48, "Q"), "act_offset": (56, "Q"),
-    "rewards_offset": (64, "Q"), "dones_offset": (72, "Q"), "resets_offset": (80, "Q"),
-    "cmd_s2c_offset": (88, "Q"), "cmd_c2s_offset": (96, "Q"), "cmd_ring_size": (104, "I"),
-    "image_offset": (112, "Q"), "image_width": (120, "I"), "image_height": (124, "I"),
-    "image_channels": (128, "I"), "gpu_available": (132, "B"), "gpu_obs_mode": (133, "B"),
-    "gpu_obs_handle": (134, "64s"), "gpu_device_id": (200, "I"),
-    "truncateds_offset": (256, "Q"), "segment_size": (264, "Q"), "session_id": (272, "Q"),
-    "image_seq": (280, "Q"), "image_frame_seq": (288, "Q"), "heartbeat_ns": (296, "Q"),
-    "image_format": (304, "I"), "image_flags": (308, "I"), "services_available": (312, "I"),
-    "services_enabled": (316, "I"), "sim_mode": (320, "I"), "engine_state": (324, "I"),
-    "tools_offset": (328, "Q"), "tools_ring_size": (336, "I"),
+    "magic": (0, "I"),
+    "version": (4, "I"),
+    "server_pid": (8, "I"),
+    "client_pid": (12, "I"),
+    "mode": (16, "B"),
+    "num_envs": (20, "I"),
+    "obs_size": (24, "I"),
+    "act_size": (28, "I"),
+    "frame_seq": (32, "Q"),
+    "action_seq": (40, "Q"),
+    "obs_offset": (48, "Q"),
+    "act_offset": (56, "Q"),
+    "rewards_offset": (64, "Q"),
+    "dones_offset": (72, "Q"),
+    "resets_offset": (80, "Q"),
+    "cmd_s2c_offset": (88, "Q"),
+    "cmd_c2s_offset": (96, "Q"),
+    "cmd_ring_size": (104, "I"),
+    "image_offset": (112, "Q"),
+    "image_width": (120, "I"),
+    "image_height": (124, "I"),
+    "image_channels": (128, "I"),
+    "gpu_available": (132, "B"),
+    "gpu_obs_mode": (133, "B"),
+    "gpu_obs_handle": (134, "64s"),
+    "gpu_device_id": (200, "I"),
+    "truncateds_offset": (256, "Q"),
+    "segment_size": (264, "Q"),
+    "session_id": (272, "Q"),
+    "image_seq": (280, "Q"),
+    "image_frame_seq": (288, "Q"),
+    "heartbeat_ns": (296, "Q"),
+    "image_format": (304, "I"),
+    "image_flags": (308, "I"),
+    "services_available": (312, "I"),
+    "services_enabled": (316, "I"),
+    "sim_mode": (320, "I"),
+    "engine_state": (324, "I"),
+    "tools_offset": (328, "Q"),
+    "tools_ring_size": (336, "I"),
 }
 
 # A hand-made valid layout: 2 envs, 3 obs, 1 act, 256-byte rings, 4x2 RGB images,
 # tools channel at 65536 with 256-byte rings.
 VALID: dict[str, object] = {
-    "magic": 0x4C524243, "version": 1, "server_pid": 4242, "client_pid": 4343, "mode": 1,
-    "num_envs": 2, "obs_size": 3, "act_size": 1, "frame_seq": 17, "action_seq": 16,
-    "obs_offset": 4096, "act_offset": 4160, "rewards_offset": 4224, "dones_offset": 4288,
-    "resets_offset": 4416, "cmd_s2c_offset": 4480, "cmd_c2s_offset": 4800, "cmd_ring_size": 256,
-    "image_offset": 5120, "image_width": 4, "image_height": 2, "image_channels": 3,
-    "gpu_available": 1, "gpu_obs_mode": 1, "gpu_obs_handle": bytes(range(64)), "gpu_device_id": 3,
-    "truncateds_offset": 4352, "segment_size": 69632, "session_id": 0x1234_5678_9ABC_DEF0,
-    "image_seq": 8, "image_frame_seq": 16, "heartbeat_ns": 123_456_789_000, "image_format": 2,
-    "image_flags": 1, "services_available": 0xFF, "services_enabled": 0x3F, "sim_mode": 1,
-    "engine_state": 1, "tools_offset": 65536, "tools_ring_size": 256,
+    "magic": 0x4C524243,
+    "version": 1,
+    "server_pid": 4242,
+    "client_pid": 4343,
+    "mode": 1,
+    "num_envs": 2,
+    "obs_size": 3,
+    "act_size": 1,
+    "frame_seq": 17,
+    "action_seq": 16,
+    "obs_offset": 4096,
+    "act_offset": 4160,
+    "rewards_offset": 4224,
+    "dones_offset": 4288,
+    "resets_offset": 4416,
+    "cmd_s2c_offset": 4480,
+    "cmd_c2s_offset": 4800,
+    "cmd_ring_size": 256,
+    "image_offset": 5120,
+    "image_width": 4,
+    "image_height": 2,
+    "image_channels": 3,
+    "gpu_available": 1,
+    "gpu_obs_mode": 1,
+    "gpu_obs_handle": bytes(range(64)),
+    "gpu_device_id": 3,
+    "truncateds_offset": 4352,
+    "segment_size": 69632,
+    "session_id": 0x1234_5678_9ABC_DEF0,
+    "image_seq": 8,
+    "image_frame_seq": 16,
+    "heartbeat_ns": 123_456_789_000,
+    "image_format": 2,
+    "image_flags": 1,
+    "services_available": 0xFF,
+    "services_enabled": 0x3F,
+    "sim_mode": 1,
+    "engine_state": 1,
+    "tools_offset": 65536,
+    "tools_ring_size": 256,
 }
 SIZE = 69632
 
@@ -238,8 +295,13 @@ def test_huge_claims_do_not_allocate() -> None:
     cases = [
         pack(num_envs=H.MAX_ENVS, obs_size=H.MAX_VEC, act_size=H.MAX_VEC),
         pack(segment_size=2**64 - 1),
-        pack(image_width=H.MAX_IMAGE_SIDE, image_height=H.MAX_IMAGE_SIDE, image_channels=4, image_format=0,
-             num_envs=H.MAX_ENVS),
+        pack(
+            image_width=H.MAX_IMAGE_SIDE,
+            image_height=H.MAX_IMAGE_SIDE,
+            image_channels=4,
+            image_format=0,
+            num_envs=H.MAX_ENVS,
+        ),
         pack(tools_ring_size=H.MAX_RING, cmd_ring_size=H.MAX_RING),
     ]
     tracemalloc.start()
@@ -305,9 +367,22 @@ def mutated(draw: st.DrawFn) -> tuple[bytes, int | None]:
         elif kind == "truncate":
             buf = buf[: draw(st.integers(0, len(buf)))]
         else:
-            name = draw(st.sampled_from(["num_envs", "obs_size", "act_size", "segment_size", "cmd_ring_size",
-                                         "image_width", "image_height", "tools_ring_size", "obs_offset",
-                                         "image_offset"]))
+            name = draw(
+                st.sampled_from(
+                    [
+                        "num_envs",
+                        "obs_size",
+                        "act_size",
+                        "segment_size",
+                        "cmd_ring_size",
+                        "image_width",
+                        "image_height",
+                        "tools_ring_size",
+                        "obs_offset",
+                        "image_offset",
+                    ]
+                )
+            )
             off, code = SPEC[name]
             if len(buf) >= off + struct.calcsize(code):
                 struct.pack_into("<" + code, buf, off, 2 ** _WIDTH[code] - draw(st.integers(1, 4096)))
@@ -359,8 +434,11 @@ def test_exercise_knows_every_method_that_takes_arguments() -> None:
         if name.startswith("_") or isinstance(attr, property) or not callable(attr):
             continue
         fn = getattr(H.Header, name)
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.name != "self" and p.default is inspect.Parameter.empty]
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.name != "self" and p.default is inspect.Parameter.empty
+        ]
         assert (name in _CALLS_WITH_ARGS) == bool(params), f"exercise() does not know how to call Header.{name}"
 
 
@@ -399,16 +477,38 @@ def planned_headers(draw: st.DrawFn) -> bytes:
     c = draw(st.sampled_from([1, 3, 4]))
     image = draw(st.one_of(st.none(), st.tuples(st.integers(1, 8), st.integers(1, 8), st.just(c))))
     h = H.plan(
-        num_envs=draw(st.integers(1, 4)), obs_size=draw(st.integers(0, 4)), act_size=draw(st.integers(0, 4)),
-        cmd_ring_size=64, image=image, tools_ring_size=draw(st.sampled_from([None, 64])),
+        num_envs=draw(st.integers(1, 4)),
+        obs_size=draw(st.integers(0, 4)),
+        act_size=draw(st.integers(0, 4)),
+        cmd_ring_size=64,
+        image=image,
+        tools_ring_size=draw(st.sampled_from([None, 64])),
         image_format=int(ImageFormat.for_channels(c) or 0) if image else 0,
     )
     buf = bytearray(h.pack())
-    for name in draw(st.lists(st.sampled_from(["mode", "image_format", "image_channels", "image_width",
-                                                "image_height", "image_flags", "gpu_available", "gpu_obs_mode",
-                                                "sim_mode", "engine_state", "services_available",
-                                                "services_enabled", "heartbeat_ns", "session_id"]),
-                              max_size=5)):
+    for name in draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    "mode",
+                    "image_format",
+                    "image_channels",
+                    "image_width",
+                    "image_height",
+                    "image_flags",
+                    "gpu_available",
+                    "gpu_obs_mode",
+                    "sim_mode",
+                    "engine_state",
+                    "services_available",
+                    "services_enabled",
+                    "heartbeat_ns",
+                    "session_id",
+                ]
+            ),
+            max_size=5,
+        )
+    ):
         off, code = SPEC[name]
         small = st.integers(0, 8)
         value = draw(st.one_of(small, _U32) if code != "Q" else st.integers(0, 2**64 - 1))

@@ -330,8 +330,10 @@ def test_reset_agent_contract_changes_the_randomisation(make_engine) -> None:
         tr.step(zeros)
         before = tr.step(zeros).obs.copy()
         default = eng.sim.contract
-        assert np.all((before[:, CART_MASS_COL] >= default.cart_mass_range[0] - 1e-6)
-                      & (before[:, CART_MASS_COL] <= default.cart_mass_range[1] + 1e-6))
+        assert np.all(
+            (before[:, CART_MASS_COL] >= default.cart_mass_range[0] - 1e-6)
+            & (before[:, CART_MASS_COL] <= default.cart_mass_range[1] + 1e-6)
+        )
         # mass_scale x3, randomize off: reset envs get the middle of the scaled ranges
         contract = m.SimulationContract(mass_scale=m.FloatRange(3.0, 3.0), randomize=False)
         tr.reset([1, 4], contract=contract)
@@ -702,8 +704,13 @@ def test_scene_handlers(make_engine, tools_for) -> None:
     assert pole.position.x == pytest.approx(eng.sim.x[3], rel=1e-5, abs=1e-7)
     cart = tools.ok(MethodId.GetEntityReq, m.GetEntityReq(id=7)).entity
     assert cart.name == "env3/cart"
-    for bad in (m.GetEntityReq(name="env3/wheel"), m.GetEntityReq(name="envX/cart"),
-                m.GetEntityReq(name=f"env{N_ENVS}/cart"), m.GetEntityReq(id=2 * N_ENVS + 1), m.GetEntityReq()):
+    for bad in (
+        m.GetEntityReq(name="env3/wheel"),
+        m.GetEntityReq(name="envX/cart"),
+        m.GetEntityReq(name=f"env{N_ENVS}/cart"),
+        m.GetEntityReq(id=2 * N_ENVS + 1),
+        m.GetEntityReq(),
+    ):
         tools.refused(MethodId.GetEntityReq, bad)
 
 
@@ -781,8 +788,12 @@ def test_camera_viewport_and_telemetry_handlers(make_engine, tools_for) -> None:
             assert env.method == MethodId.TelemetryFrame and env.correlation_id == cid
             p = env.payload
             assert p.env_id == 5 and p.frame_seq == eng.seg.counter("frame_seq")
-            np.testing.assert_allclose(p.values[:4], [eng.sim.x[5], eng.sim.x_dot[5], eng.sim.theta[5],
-                                                      eng.sim.theta_dot[5]], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                p.values[:4],
+                [eng.sim.x[5], eng.sim.x_dot[5], eng.sim.theta[5], eng.sim.theta_dot[5]],
+                rtol=1e-5,
+                atol=1e-6,
+            )
             assert p.values[4] == pytest.approx(float(eng.seg.rewards[5]), abs=1e-6)
             frames.append(p.frame_seq)
     assert len(frames) == 3 and all(f % 2 == 0 for f in frames) and np.all(np.diff(frames) == 2)
@@ -840,8 +851,15 @@ def test_engine_without_tools_channel(make_engine) -> None:
 
 
 def test_bad_configuration_is_a_typed_error(make_engine) -> None:
-    for kw in ({"fmt": "yuv"}, {"sim_mode": 5}, {"hz": 0.0}, {"hz": float("nan")}, {"num_envs": 0},
-               {"obs_size": 3}, {"name": "bad/name"}):
+    for kw in (
+        {"fmt": "yuv"},
+        {"sim_mode": 5},
+        {"hz": 0.0},
+        {"hz": float("nan")},
+        {"num_envs": 0},
+        {"obs_size": 3},
+        {"name": "bad/name"},
+    ):
         with pytest.raises(LuckyMonitorError):
             make_engine(**kw)
 

@@ -37,8 +37,9 @@ def _name() -> str:
 
 @contextlib.contextmanager
 def engine_thread(**kw: object) -> Iterator[ReferenceEngine]:
-    cfg = EngineConfig(**{"name": _name(), "num_envs": N_ENVS, "obs_size": OBS, "act_size": ACT, "image": None,
-                          "sim_mode": 2, **kw})  # type: ignore[arg-type]
+    cfg = EngineConfig(
+        **{"name": _name(), "num_envs": N_ENVS, "obs_size": OBS, "act_size": ACT, "image": None, "sim_mode": 2, **kw}
+    )  # type: ignore[arg-type]
     eng = ReferenceEngine(cfg)
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -159,9 +160,27 @@ def test_lock_step_across_processes(subprocess_env) -> None:
     """The engine in its own process (``lucky-monitor sim --fast``), the trainer here."""
     name = _name()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lucky_monitor", "sim", "--name", name, "--fast", "--envs", str(N_ENVS),
-         "--obs", str(OBS), "--act", str(ACT), "--image", "none"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env,
+        [
+            sys.executable,
+            "-m",
+            "lucky_monitor",
+            "sim",
+            "--name",
+            name,
+            "--fast",
+            "--envs",
+            str(N_ENVS),
+            "--obs",
+            str(OBS),
+            "--act",
+            str(ACT),
+            "--image",
+            "none",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env,
     )
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 30)

@@ -47,8 +47,13 @@ def _readline(proc: subprocess.Popen, timeout: float = 30.0) -> str:
 @contextlib.contextmanager
 def child(args: list[str], env: dict[str, str], name: str | None = None) -> Iterator[subprocess.Popen]:
     """``python -m lucky_monitor ARGS`` as a child; killed, reaped and its segment removed at the end."""
-    proc = subprocess.Popen([sys.executable, "-m", "lucky_monitor", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lucky_monitor", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         yield proc
     finally:
@@ -251,8 +256,14 @@ def test_sim_env_var_names_the_segment(subprocess_env) -> None:
     ids=lambda a: " ".join(a),
 )
 def test_bad_arguments_one_line_nonzero_no_traceback(subprocess_env, argv: list[str]) -> None:
-    res = subprocess.run([sys.executable, "-m", "lucky_monitor", *argv], capture_output=True, text=True,
-                         env=subprocess_env, timeout=30, check=False)
+    res = subprocess.run(
+        [sys.executable, "-m", "lucky_monitor", *argv],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=30,
+        check=False,
+    )
     assert res.returncode != 0
     assert "Traceback" not in res.stderr
     lines = res.stderr.strip().splitlines()
@@ -265,8 +276,14 @@ def test_sim_refuses_a_name_held_by_a_live_engine(subprocess_env) -> None:
     name = _name()
     with child(_sim_args(name), subprocess_env, name) as first:
         assert _readline(first) == name
-        res = subprocess.run([sys.executable, "-m", "lucky_monitor", *_sim_args(name)], capture_output=True,
-                             text=True, env=subprocess_env, timeout=30, check=False)
+        res = subprocess.run(
+            [sys.executable, "-m", "lucky_monitor", *_sim_args(name)],
+            capture_output=True,
+            text=True,
+            env=subprocess_env,
+            timeout=30,
+            check=False,
+        )
         assert res.returncode != 0 and "already exists" in res.stderr and "Traceback" not in res.stderr
         assert first.poll() is None
 

@@ -132,8 +132,14 @@ def test_reader_subprocess_leaves_the_segment_alone(engine, subprocess_env) -> N
         # exit without closing: nothing may unlink or modify the segment
         """
     )
-    out = subprocess.run([sys.executable, "-c", script, engine.name], capture_output=True, text=True,
-                         env=subprocess_env, timeout=60, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", script, engine.name],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(float(np.arange(15).sum())), "7", "None"]
     assert os.path.exists(engine.path)

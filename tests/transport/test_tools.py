@@ -142,9 +142,14 @@ CLAIMER = textwrap.dedent(
 
 
 def spawn(name: str, barrier: Path, env: dict[str, str], hold: bool = False) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", CLAIMER, name, str(barrier), "hold" if hold else "stdin"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    return subprocess.Popen(
+        [sys.executable, "-c", CLAIMER, name, str(barrier), "hold" if hold else "stdin"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 @pytest.mark.parametrize("round_", range(3))

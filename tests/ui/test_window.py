@@ -37,8 +37,11 @@ def settings(tmp_path):
 @pytest.fixture
 def engine(qtbot):
     """A reference engine in this process, ticked by a 1 ms Qt timer (free-running at 200 Hz)."""
-    eng = ReferenceEngine(EngineConfig(name=unique_segment_name("win"), num_envs=9, obs_size=12, act_size=2,
-                                       image=(32, 24), hz=200.0, camera_fps=0))
+    eng = ReferenceEngine(
+        EngineConfig(
+            name=unique_segment_name("win"), num_envs=9, obs_size=12, act_size=2, image=(32, 24), hz=200.0, camera_fps=0
+        )
+    )
     timer = QtCore.QTimer()
     timer.setInterval(1)
     timer.timeout.connect(eng.tick)
@@ -90,8 +93,7 @@ def test_tile_pixels_equal_engine_image_when_engine_is_idle(qtbot, window):
         eng.tick()
         qtbot.waitUntil(lambda: _t(win).counters.images_copied >= 1, timeout=5000)
         eng.render_now()  # a publication the monitor has not seen
-        qtbot.waitUntil(lambda: win.grid.status_label.text().count(str(eng.seg.counter("image_seq"))) > 0,
-                        timeout=5000)
+        qtbot.waitUntil(lambda: win.grid.status_label.text().count(str(eng.seg.counter("image_seq"))) > 0, timeout=5000)
         for env in range(6):
             assert np.array_equal(win.grid.tiler.tile_view(env), eng.seg.images[env]), env
     finally:
@@ -139,8 +141,20 @@ def test_debug_draw_from_the_panel_changes_displayed_pixels(qtbot, window):
 
 def test_engine_killed_then_recreated_under_the_same_name(qtbot, window, subprocess_env):
     name = unique_segment_name("kill")
-    cmd = [sys.executable, "-m", "lucky_monitor", "sim", "--name", name, "--envs", "4", "--image", "16x16",
-           "--hz", "100"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "lucky_monitor",
+        "sim",
+        "--name",
+        name,
+        "--envs",
+        "4",
+        "--image",
+        "16x16",
+        "--hz",
+        "100",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env)
     try:
         assert proc.stdout.readline().strip() == name
@@ -150,12 +164,12 @@ def test_engine_killed_then_recreated_under_the_same_name(qtbot, window, subproc
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         wait_state(qtbot, win, LinkState.ENGINE_EXITED, LinkState.STALLED)
-        qtbot.waitUntil(lambda: "engine exited" in win.state_label.text() or "stalled" in win.state_label.text(),
-                        timeout=5000)
+        qtbot.waitUntil(
+            lambda: "engine exited" in win.state_label.text() or "stalled" in win.state_label.text(), timeout=5000
+        )
         os.unlink(shm_path(name))  # SIGKILL left the file behind
         proc.stdout.close()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=subprocess_env)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env)
         assert proc.stdout.readline().strip() == name
         wait_state(qtbot, win, LinkState.FREE_RUNNING)
         assert _t(win).header.session_id != session
@@ -171,24 +185,33 @@ def test_engine_killed_then_recreated_under_the_same_name(qtbot, window, subproc
 
 def test_corrupt_header_shows_the_reason(qtbot, window, segment_factory):
     seg = segment_factory(num_envs=4, obs_size=4, act_size=1)
-    seg.buf[hdr.OFFSET["obs_offset"]:hdr.OFFSET["obs_offset"] + 8] = (4097).to_bytes(8, "little")
+    seg.buf[hdr.OFFSET["obs_offset"] : hdr.OFFSET["obs_offset"] + 8] = (4097).to_bytes(8, "little")
     win = window(seg.name)
     wait_state(qtbot, win, LinkState.INCOMPATIBLE)
-    assert "obs_offset" in (_t(win).reason or '')
+    assert "obs_offset" in (_t(win).reason or "")
     qtbot.waitUntil(lambda: "obs_offset" in win.state_label.text(), timeout=5000)
 
 
 def test_screenshot_cli_offscreen(tmp_path, subprocess_env):
     name = unique_segment_name("shot")
-    eng = subprocess.Popen([sys.executable, "-m", "lucky_monitor", "sim", "--name", name, "--envs", "16",
-                            "--image", "32x32"], stdout=subprocess.PIPE, text=True, env=subprocess_env)
+    eng = subprocess.Popen(
+        [sys.executable, "-m", "lucky_monitor", "sim", "--name", name, "--envs", "16", "--image", "32x32"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env,
+    )
     try:
         assert eng.stdout.readline().strip() == name
         out = tmp_path / "shot.png"
         env = dict(subprocess_env, QT_QPA_PLATFORM="offscreen", HOME=str(tmp_path))
         t0 = time.monotonic()
-        r = subprocess.run([sys.executable, "-m", "lucky_monitor", "--shm", name, "--screenshot", str(out),
-                            "--quit-after", "2"], capture_output=True, text=True, env=env, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-m", "lucky_monitor", "--shm", name, "--screenshot", str(out), "--quit-after", "2"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert r.returncode == 0, r.stderr
         assert "Traceback" not in r.stderr
         assert out.stat().st_size > 10_000
@@ -202,8 +225,9 @@ def test_screenshot_cli_offscreen(tmp_path, subprocess_env):
 def test_bad_window_arguments_exit_cleanly(subprocess_env, tmp_path):
     env = dict(subprocess_env, QT_QPA_PLATFORM="offscreen", HOME=str(tmp_path))
     for args in (["--shm", "bad/name"], ["--quit-after", "-1"], ["--screenshot", "x.png"]):
-        r = subprocess.run([sys.executable, "-m", "lucky_monitor", *args], capture_output=True, text=True,
-                           env=env, timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-m", "lucky_monitor", *args], capture_output=True, text=True, env=env, timeout=60
+        )
         assert r.returncode != 0, args
         assert "Traceback" not in r.stderr
         assert r.stderr.strip().splitlines()[-1].startswith("lucky-monitor: error: "), r.stderr
