@@ -8,7 +8,7 @@ line with:
 * ``frame_ms`` / ``frame_p90_ms`` - median and 90th percentile cost of handling
   one new frame in the real :class:`~lucky_monitor.ui.main_window.MainWindow`
   (1600x1000, shown, offscreen platform, its timer stopped and driven from
-  here): ``win.core.poll()`` (counters, hot copy, the seqlock-guarded fused
+  here): ``win.session.step()`` (counters, hot copy, the seqlock-guarded fused
   copy-and-tile into the grid's back buffer) + ``win.grid.present(meta)`` (one
   ``setImage``) + ``win.grid.graphics.viewport().repaint()`` (the grid drawn
   now, synchronously). Each sample starts right after the engine published a
@@ -67,7 +67,7 @@ from _common import child, emit, first_line, lucky, machine_facts, percentile, p
 BUDGET_MS = 1000.0 / 60.0 / 2.0
 CPU_START_S = 4.0
 WHAT = (
-    "frame_ms: win.core.poll() + win.grid.present(meta) + win.grid.graphics.viewport().repaint() "
+    "frame_ms: win.session.step() + win.grid.show_image(tick.image) + win.grid.graphics.viewport().repaint() "
     "in the real MainWindow (timer stopped), timed from a freshly published image; "
     "tick_ms: win.tick() + the same repaint; bare_grid_ms: seqlock_read(copy_frame) + present + "
     "repaint on a bare ImageGridWidget; copy_ms: np.copyto(dst, seg.images)"
@@ -157,21 +157,12 @@ def bench_frames(app: Any, cfg: Config, name: str, workdir: str, samples: int, w
         perf = time.perf_counter
 
         def frame_step() -> bool:
-            core = win.core
             t0 = perf()
-            frame = core.poll()
+            tick = win.session.step()
             t1 = perf()
-            if frame is None or not frame.image_updated:
+            if tick.image is None or not tick.image.new:
                 return False
-            win.grid.present(
-                FrameMeta(
-                    image_seq=frame.image_seq,
-                    image_frame_seq=frame.image_frame_seq,
-                    torn=core.counters.torn_images,
-                    src_format=win._meta.src_format,
-                    bottom_up=win._meta.bottom_up,
-                )
-            )
+            win.grid.show_image(tick.image, tick.counters.torn_images)
             t2 = perf()
             win_port.repaint()
             t3 = perf()
@@ -181,10 +172,9 @@ def bench_frames(app: Any, cfg: Config, name: str, workdir: str, samples: int, w
             return True
 
         def tick_step() -> bool:
-            before = win.core.counters.images_copied
             win.tick()
             win_port.repaint()
-            return win.core.counters.images_copied != before
+            return win.last_tick is not None and win.last_tick.image is not None and win.last_tick.image.new
 
         def bare_step() -> bool:
             r = seqlock_read(lambda: counter("image_seq"), lambda: bare.copy_frame(images, meta))
@@ -215,8 +205,9 @@ def bench_frames(app: Any, cfg: Config, name: str, workdir: str, samples: int, w
             last = wait_new_image(counter, last)
             bare_step()
             app.processEvents()
-        if win.core.header is None or win.grid.tiler is None:
-            raise SystemExit(f"the window did not attach to {name}: {win.core.status}")
+        if win.last_tick is None or win.last_tick.header is None or win.grid.tiler is None:
+            state = win.last_tick.text if win.last_tick else "no tick"
+            raise SystemExit(f"the window did not attach to {name}: {state}")
         for v in parts.values():
             v.clear()
         seq0, t0 = counter("image_seq"), time.monotonic()
@@ -247,7 +238,7 @@ def bench_frames(app: Any, cfg: Config, name: str, workdir: str, samples: int, w
             "samples": {k: len(v) for k, v in times.items()},
             "missed": missed,
             "images_per_s_during_timing": round((counter("image_seq") - seq0) / 2 / dt, 1),
-            "torn_images": win.core.counters.torn_images,
+            "torn_images": win.last_tick.counters.torn_images if win.last_tick else 0,
             "grid_px": [grid.grid_width, grid.grid_height],
             "grid_viewport_px": [port.width(), port.height()],
         }
