@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from PySide6 import QtCore
+from PySide6 import QtCore, QtWidgets
 
 from lucky_monitor.core.monitor import LinkState
 from lucky_monitor.protocol import header as hdr
@@ -286,3 +286,33 @@ def test_plots_back_off_when_painting_makes_the_poll_late(window):
         t += 1 / mw.POLL_HZ
         win._adapt_plot_rate(t)
     assert win._plot_every == mw.PLOT_EVERY
+
+
+def test_a_one_off_run_leaves_the_saved_layout_alone(qtbot, engine, settings):
+    # Seen: `--columns` and `--screenshot` runs overwrote the saved layout.
+    from lucky_monitor.ui.main_window import MainWindow
+
+    settings.setValue("grid/columns", 5)
+    settings.sync()
+    win = MainWindow(engine.name, columns=2, settings=settings, persist=False)
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitUntil(lambda: win.grid.tiler is not None, timeout=10000)
+    win.close()
+    assert settings.value("grid/columns", type=int) == 5
+    assert settings.value("window/geometry") is None
+
+
+def test_pressing_repeat_never_widens_the_window(qtbot, engine, window):
+    # Seen: 1600 -> 1611 px when the debug-draw panel's status line grew.
+    win = window(engine.name)
+    wait_state(qtbot, win, LinkState.FREE_RUNNING)
+    qtbot.waitUntil(lambda: _t(win).tools.ours, timeout=10000)
+    width = win.width()
+    win.backend.drawLine(0, 0, 0, 1, 1, 1, 1, 0, 0, 1, False)
+    win.backend.setRepeat("line", 10)
+    qtbot.waitUntil(lambda: win.backend.value("drawCount") >= 3, timeout=10000)
+    for _ in range(5):
+        QtWidgets.QApplication.processEvents()
+    assert win.width() == width
+    win.backend.setRepeat("", 0)
