@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +34,13 @@ SEGMENT_DEFAULTS: dict[str, object] = {
     "cmd_ring_size": 4096,
     "tools_ring_size": 4096,
 }
+
+
+def dead_pid() -> int:
+    """The pid of a child that has exited and been reaped (no process has it, for now)."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
 
 
 def unique_segment_name(tag: str = "test") -> str:

@@ -16,6 +16,7 @@ import pytest
 from lucky_monitor.cli import main, run_check
 from lucky_monitor.protocol.header import FIELDS, OFFSET
 from lucky_monitor.transport.shm import platform_kind, shm_path
+from tests.conftest import dead_pid
 
 pytestmark = pytest.mark.skipif(platform_kind() != "dir", reason="segments are files under /dev/shm only on Linux")
 
@@ -23,12 +24,6 @@ pytestmark = pytest.mark.skipif(platform_kind() != "dir", reason="segments are f
 def put(engine, field: str, value: int) -> None:
     code = dict((n, c) for n, _, c in FIELDS)[field]
     struct.pack_into("<" + code, engine.buf, OFFSET[field], value)
-
-
-def dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
 
 
 @pytest.fixture

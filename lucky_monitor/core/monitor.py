@@ -277,9 +277,14 @@ class MonitorCore:
                 self._set(LinkState.SEARCHING, self._searching_text(), str(exc))
             return False
         h = seg.header
-        if self.name is None and not pid_alive(h.server_pid):
+        if not pid_alive(h.server_pid):
+            # A stale segment (its engine died without unlinking): never attach to it, or every
+            # poll would attach, find the pid dead and detach again. Look again every RETRY_S.
             seg.close()
-            self._set(LinkState.SEARCHING, self._searching_text())
+            if self.name is None:
+                self._set(LinkState.SEARCHING, self._searching_text())
+            else:
+                self._set(LinkState.ENGINE_EXITED, "engine exited", f"engine pid {h.server_pid} is gone")
             return False
         key = (seg.name, h.session_id)
         if self._last_session is not None and self._last_session[0] == seg.name and self._last_session != key:

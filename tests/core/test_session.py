@@ -24,7 +24,7 @@ from lucky_monitor.protocol.ring import RingWriter
 from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
 from lucky_monitor.transport.shm import platform_kind, shm_path
 from lucky_monitor.watch import JSON_KEYS, Watcher
-from tests.conftest import unique_segment_name
+from tests.conftest import dead_pid, unique_segment_name
 
 pytestmark = [
     pytest.mark.timeout(90),
@@ -326,3 +326,19 @@ def test_watch_follows_a_kill_and_a_restart_with_another_channel_count(subproces
     assert len(set(sessions)) == 2
     last = [r for r in recs if r["event"] == "summary" and r["session_id"] == sessions[-1]]
     assert last and last[-1]["frame_seq"] > 10 and last[-1]["frames_per_s"] > 0
+
+
+def test_a_stale_segment_is_not_attached_and_detached_every_poll(engines, segment_factory) -> None:
+    # Seen: after an engine SIGKILL its file stays; the session attached to it, found the pid
+    # dead and detached on every poll (the generation ran away, buffers were reallocated).
+    seg = segment_factory(server_pid=dead_pid())
+    s = MonitorSession(seg.name, tools=False)
+    gens = set()
+    state = None
+    for _ in range(30):
+        t = s.step()
+        gens.add(t.generation)
+        state = t.state
+    assert state is LinkState.ENGINE_EXITED and t.reason and "is gone" in t.reason
+    assert len(gens) <= 1 and t.header is None
+    s.close()

@@ -13,15 +13,9 @@ import pytest
 from lucky_monitor.protocol.header import OFFSET
 from lucky_monitor.transport.discovery import SegmentInfo, list_segments, newest_live, pid_alive
 from lucky_monitor.transport.shm import platform_kind, shm_path
+from tests.conftest import dead_pid
 
 pytestmark = pytest.mark.skipif(platform_kind() != "dir", reason="segments are listable only under /dev/shm")
-
-
-def dead_pid() -> int:
-    """The pid of a child that has exited and been reaped."""
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
 
 
 @pytest.fixture

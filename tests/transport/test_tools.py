@@ -16,6 +16,7 @@ from lucky_monitor.protocol.header import tools_region_size
 from lucky_monitor.protocol.ring import RingReader, RingWriter
 from lucky_monitor.transport.shm import Segment, platform_kind
 from lucky_monitor.transport.tools import ToolsChannel, tools_owner
+from tests.conftest import dead_pid
 
 pytestmark = pytest.mark.skipif(platform_kind() != "dir", reason="exercised on Linux")
 
@@ -28,12 +29,6 @@ def owner_word(engine) -> int:
 def set_owner(engine, pid: int) -> None:
     off = engine.header.tools_offset
     engine.buf[off : off + 4] = pid.to_bytes(4, "little")
-
-
-def dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
 
 
 def test_claim_release_and_busy(segment_factory) -> None:
