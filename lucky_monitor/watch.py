@@ -45,6 +45,7 @@ JSON_KEYS = (
     "session_id",  # 16 hex digits, or null while detached
     "generation",  # bumps on every attach and detach
     "num_envs",
+    "image",  # "WxHxC format" of the image region, "none" without one
     "frame_seq",
     "action_seq",
     "frames_per_s",
@@ -175,6 +176,9 @@ class Watcher:
             "session_id": None if h is None else f"{h.session_id:016x}",
             "generation": tick.generation,
             "num_envs": None if h is None else h.num_envs,
+            "image": None
+            if h is None
+            else (f"{h.image_width}x{h.image_height}x{h.image_channels} {h.pixel_format}" if h.has_images else "none"),
             "frame_seq": None if live is None else live.frame_seq,
             "action_seq": None if live is None else live.action_seq,
             "frames_per_s": _num(r.frames_per_s, 2),

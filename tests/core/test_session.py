@@ -324,6 +324,7 @@ def test_watch_follows_a_kill_and_a_restart_with_another_channel_count(subproces
     assert "free-running" in after, states
     sessions = [r["session_id"] for r in recs if r["session_id"]]
     assert len(set(sessions)) == 2
+    assert {r["image"] for r in recs if r["image"]} == {"16x16x3 rgb", "16x16x4 rgba"}
     last = [r for r in recs if r["event"] == "summary" and r["session_id"] == sessions[-1]]
     assert last and last[-1]["frame_seq"] > 10 and last[-1]["frames_per_s"] > 0
 
