@@ -316,3 +316,71 @@ def test_pressing_repeat_never_widens_the_window(qtbot, engine, window):
         QtWidgets.QApplication.processEvents()
     assert win.width() == width
     win.backend.setRepeat("", 0)
+
+
+def test_ctrl_c_while_polling_a_large_segment_exits_cleanly(tmp_path, subprocess_env):
+    # Seen: Ctrl-C during a tick gave "KeyError: 'image_seq'" (2 of 3 tries at 4096 envs).
+    name = unique_segment_name("sigint")
+    eng = subprocess.Popen(
+        [sys.executable, "-m", "lucky_monitor", "sim", "--name", name, "--envs", "1024", "--image", "16x16",
+         "--obs", "8", "--act", "2", "--fast"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env,
+    )  # fmt: skip
+    try:
+        assert eng.stdout.readline().strip() == name
+        env = dict(subprocess_env, QT_QPA_PLATFORM="offscreen", HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path))
+        for delay in (1.5, 2.2, 2.9):
+            win = subprocess.Popen(
+                [sys.executable, "-m", "lucky_monitor", "--shm", name],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            time.sleep(delay)
+            win.send_signal(signal.SIGINT)
+            _out, err = win.communicate(timeout=30)
+            assert win.returncode == 0, err
+            assert "Traceback" not in err and "Error" not in err, err
+    finally:
+        eng.terminate()
+        eng.wait(10)
+        eng.stdout.close()
+
+
+def test_status_bar_and_panel_show_the_same_rates(qtbot, engine, window):
+    # Seen: the panel and the status bar showed different frames/s.
+    win = window(engine.name)
+    wait_state(qtbot, win, LinkState.FREE_RUNNING)
+    qtbot.waitUntil(lambda: _t(win).rates.frames_per_s is not None, timeout=10000)
+    win.backend.LIVE_PERIOD_S = 0.0  # the panel takes every tick's rates, as the status bar does
+    qtbot.wait(150)  # past the panel's 10 Hz refresh
+    win.tick()
+    win._update_status(win.last_tick)
+    panel = win.backend.value("framesPerSec")
+    assert win.rate_label.text().startswith(f"{panel:.1f} frames/s")
+
+
+def test_saves_open_in_the_last_folder_and_say_where_the_file_went(
+    qtbot, engine, window, settings, tmp_path, monkeypatch
+):
+    # Seen: save dialogs defaulted to the current directory and nothing said where the file went.
+    from PySide6 import QtWidgets as W
+
+    win = window(engine.name)
+    qtbot.waitUntil(lambda: win.grid.tiler is not None, timeout=10000)
+    asked = []
+
+    def fake_dialog(parent, title, start, filt):
+        asked.append(start)
+        return str(tmp_path / "grid.png"), filt
+
+    monkeypatch.setattr(W.QFileDialog, "getSaveFileName", staticmethod(fake_dialog))
+    win._save_grid_dialog()
+    assert (tmp_path / "grid.png").stat().st_size > 0
+    assert str(tmp_path / "grid.png") in win.statusBar().currentMessage()
+    assert os.path.dirname(asked[0]) != os.getcwd() or os.getcwd() == os.path.expanduser("~")
+    win._save_grid_dialog()
+    assert os.path.dirname(asked[1]) == str(tmp_path)  # the folder used last time
