@@ -66,6 +66,7 @@ SELECTED_COLOURS: tuple[str, ...] = pal.ENV_COLOURS
 _SAMPLES_TEXT = "values are samples: {n} frames skipped, because {cause}"
 _DEFAULT_CAUSE = "not every frame reaches the 60 Hz poll"
 _MIN_RASTER_BINS = 64
+_TITLE_SIZE = "9pt"
 
 
 class ExportError(LuckyMonitorError):
@@ -314,7 +315,8 @@ class PlotsPanel(QtWidgets.QWidget):
         self.graphics = pg.GraphicsLayoutWidget()
         ci = self.graphics.ci
 
-        self.reward_plot = ci.addPlot(row=0, col=0, title="reward")
+        # Small titles and one frame_seq label (on the raster): the plots keep their height in a small window.
+        self.reward_plot = ci.addPlot(row=0, col=0)
         self.reward_plot.setLabel("left", "reward")
         self.legend = self.reward_plot.addLegend(offset=(-10, 4), brush=(0, 0, 0, 150), colCount=4)
         band_pen = pg.mkPen(pal.rgba(pal.BAND, 140), width=1)
@@ -327,9 +329,8 @@ class PlotsPanel(QtWidgets.QWidget):
         self.mean_curve = pg.PlotDataItem(pen=pg.mkPen(pal.MEAN, width=2), name="mean")
         self.reward_plot.addItem(self.mean_curve)
 
-        self.counts_plot = ci.addPlot(row=1, col=0, title="dones / truncateds per frame")
-        self.counts_plot.setLabel("left", "envs")
-        self.counts_plot.setLabel("bottom", "frame_seq")
+        self.counts_plot = ci.addPlot(row=1, col=0)
+        self.counts_plot.setLabel("left", "envs ended")
         self.counts_plot.setXLink(self.reward_plot)
         self.counts_plot.addLegend(offset=(-10, 4), brush=(0, 0, 0, 150), colCount=2)
         self.dones_curve = pg.PlotDataItem(
@@ -343,7 +344,8 @@ class PlotsPanel(QtWidgets.QWidget):
         self.counts_plot.addItem(self.dones_curve)
         self.counts_plot.addItem(self.truncs_curve)
 
-        self.raster_plot = ci.addPlot(row=2, col=0, title="reward raster")
+        self.raster_plot = ci.addPlot(row=2, col=0)
+        self.raster_plot.setTitle("reward raster", size=_TITLE_SIZE)
         self.raster_plot.setLabel("left", "env")
         self.raster_plot.setLabel("bottom", "frame_seq")
         for plot in (self.reward_plot, self.counts_plot, self.raster_plot):
@@ -379,7 +381,9 @@ class PlotsPanel(QtWidgets.QWidget):
         for key, label in BAND_MODES:
             self.band_box.addItem(label, key)
         self.band_box.currentIndexChanged.connect(self._band_changed)
-        self.auto_levels_box = QtWidgets.QCheckBox("auto levels")
+        self.band_box.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.band_box.setMinimumContentsLength(7)
+        self.auto_levels_box = QtWidgets.QCheckBox("auto")
         self.auto_levels_box.setToolTip("scale the raster's colours to the rewards in view")
         self.auto_levels_box.setChecked(True)
         self.auto_levels_box.toggled.connect(self._auto_levels_toggled)
@@ -600,7 +604,7 @@ class PlotsPanel(QtWidgets.QWidget):
         title += ")" if self._raster.group == 1 else f", {self._raster.group} envs per row)"
         if title != self._raster_title:  # setTitle re-lays out HTML: only on change
             self._raster_title = title
-            self.raster_plot.setTitle(title)
+            self.raster_plot.setTitle(title, size=_TITLE_SIZE)
 
     def set_sampling_cause(self, cause: str) -> None:
         """Why frames are skipped, as the amber note says it (the window knows: engine or monitor)."""
