@@ -53,6 +53,7 @@ from ..protocol.messages import (
     SetSimulationModeReq,
     SetSimulationModeResp,
 )
+from ..protocol.seqlock import seqlock_read
 from ..transport.discovery import list_segments, pid_alive
 from ..transport.shm import validate_name
 from ..transport.tools import ToolsChannel, tools_owner
@@ -61,7 +62,7 @@ from .commands import CommandClient, Reply
 from .history import History
 from .monitor import Counters, LinkState, MonitorCore, Rates
 from .text import ms_text
-from .tiler import Tiler, TilerError
+from .tiler import GridGeometry, Tiler, TilerError
 from .traffic import TapStats, TrafficEntry, TrafficLog
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "LinkState",
     "LiveFields",
     "MonitorSession",
+    "PixelReading",
     "SegmentEntry",
     "Tick",
     "ToolsState",
@@ -151,7 +153,10 @@ class ImageFrame:
     """
 
     grid: np.ndarray
-    layout: Tiler
+    layout: GridGeometry
+    display_layout: GridGeometry  # the tiles inside ``grid`` (the layout at 1 / step)
+    step: int
+    scale: tuple[float, float]
     image_seq: int
     image_frame_seq: int
     src_format: str
@@ -159,26 +164,44 @@ class ImageFrame:
     options: DisplayOptions
     new: bool
 
-    def stored_pixel(self, env: int, x: int, y: int) -> tuple[str, tuple[int, ...]]:
-        """The source format and the pixel's channel values as the engine stored them.
+    def shown_tile(self, env: int) -> np.ndarray:
+        """``env``'s tile as it sits in :attr:`grid` (downscaled by :attr:`step`; tiles not in view are stale)."""
+        g = self.display_layout
+        x0, y0 = g.tile_origin(env)
+        return self.grid[y0 : y0 + g.height, x0 : x0 + g.width]
 
-        ``(x, y)`` is the pixel inside the env's *displayed* tile. The stored
-        value is recovered from the displayed one by undoing the display
-        options (row flip, R↔B swap, channel order); a dropped alpha channel
-        cannot be recovered and is left out.
-        """
-        t = self.layout
-        x0, y0 = t.tile_origin(env)
-        px = tuple(int(v) for v in self.grid[y0 + y, x0 + x])
-        fmt = ImageFormat.from_label(self.src_format)
+    def display_rect(self) -> tuple[float, float, float, float]:
+        """Where :attr:`grid` goes in grid coordinates: ``(0, 0, width, height)`` scaled by :attr:`scale`."""
+        h, w = self.grid.shape[:2]
+        return 0.0, 0.0, w * self.scale[0], h * self.scale[1]
+
+
+@dataclass(frozen=True, slots=True)
+class PixelReading:
+    """One pixel read from the segment's image bytes (not from the display buffer)."""
+
+    env: int
+    x: int  # in the env's tile as displayed
+    y: int
+    format: str  # the source format label, e.g. "bgr"
+    stored: tuple[int, ...]  # the channel values as the engine stored them
+    shown: tuple[int, ...]  # the same pixel after the display options, RGB (RGBA when alpha is shown)
+
+    @classmethod
+    def of(
+        cls, env: int, x: int, y: int, stored: tuple[int, ...], src_format: str, options: DisplayOptions
+    ) -> PixelReading:
+        """Decode ``stored`` (the engine's channel values) as the grid shows them under ``options``."""
+        fmt = ImageFormat.resolve(ImageFormat.from_label(src_format), len(stored)) or ImageFormat.RGB
         if fmt is ImageFormat.GRAY:
-            return fmt.label, (px[0],)
-        rgb = (px[2], px[1], px[0]) if self.options.swap_rb else px[:3]
-        if fmt.blue_first:
-            rgb = (rgb[2], rgb[1], rgb[0])
-        if fmt.has_alpha and len(px) == 4:
-            return fmt.label, (*rgb, px[3])
-        return fmt.label[:3], rgb
+            rgb: tuple[int, ...] = (stored[0],) * 3
+        else:
+            rgb = stored[:3][::-1] if fmt.blue_first else stored[:3]
+            if options.swap_rb:
+                rgb = rgb[::-1]
+        if options.show_alpha:
+            rgb = (*rgb, stored[3] if fmt.has_alpha else 255)
+        return cls(env, x, y, fmt.label, stored, rgb)
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,54 +365,112 @@ class Tick:
 # ---------------------------------------------------------------------------
 
 
-class TileBuffers:
-    """Two grids of one geometry: copy into the back, swap when the copy proved consistent.
+@dataclass(frozen=True, slots=True)
+class ViewRequest:
+    """What part of the grid a view shows and how large: plain values from the view.
 
-    A torn copy is never swapped in, so the front grid always holds the last
-    good frame.
+    ``x0, y0, x1, y1`` are full-resolution grid coordinates (the
+    :class:`~lucky_monitor.core.tiler.GridGeometry` of the Tick's image);
+    ``screen_px`` is screen pixels per grid pixel (below 1: tiles are shown
+    smaller than their pixels).
     """
 
-    def __init__(self, *, gap: int = 2, gap_value: int | tuple[int, int, int] = 40) -> None:
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    screen_px: float
+
+    @property
+    def step(self) -> int:
+        """Source pixels per display pixel: the largest whole number not above ``1 / screen_px``."""
+        if not (self.screen_px > 0 and math.isfinite(self.screen_px)):
+            return 1
+        return max(1, math.floor(1.0 / self.screen_px + 1e-9))
+
+
+class GridDisplay:
+    """The grid as shown: full-resolution layout, and two display buffers at the view's step.
+
+    Work per frame is bounded by the screen: only the tiles in view are
+    copied, and when tiles are shown smaller than their pixels they are
+    downscaled by ``step`` on the way (a fixed four-pixel sample per output
+    pixel, :meth:`Tiler.tile`), so the cost tracks output pixels, not segment
+    bytes. A torn copy is never swapped in: the front buffer always holds the
+    last good frame. Coordinates stay those of the full-resolution
+    :attr:`geometry`; a display pixel covers :attr:`scale` grid pixels.
+    """
+
+    #: Below this many display bytes every tile is copied (cheaper than tracking the view, and no
+    #: tile is ever stale); above it only the tiles in view are.
+    FULL_COPY_BYTES = 4 << 20
+
+    def __init__(
+        self, n: int, h: int, w: int, c: int, *, gap: int = 2, gap_value: int | tuple[int, int, int] = 40
+    ) -> None:
+        self.shape = (n, h, w, c)
         self.gap = gap
         self.gap_value = gap_value
+        self.step = 1
         self.front: Tiler | None = None
         self.back: Tiler | None = None
         self.has_frame = False
+        self._plan = Tiler(n, h, w, c, gap=gap, allocate=False)
 
-    def configure(self, n: int, h: int, w: int, c: int, columns: int | None) -> str | None:
-        """(Re)allocate for a geometry; return why ``columns`` could not be used, or ``None``."""
+    @property
+    def geometry(self) -> GridGeometry:
+        g = self._plan.geometry
+        return replace(g, out_channels=self.front.geometry.out_channels) if self.front is not None else g
+
+    @property
+    def scale(self) -> tuple[float, float]:
+        """Grid pixels per display pixel ``(sx, sy)``."""
+        _, h, w, _ = self.shape
+        assert self.front is not None
+        f = self.front
+        return (w + self.gap) / (f.width + f.gap), (h + self.gap) / (f.height + f.gap)
+
+    def configure(self, columns: int | None, step: int | None = None) -> str | None:
+        """Plan the layout and (re)allocate both buffers; return why ``columns`` could not be used."""
+        n, h, w, c = self.shape
         err = None
         try:
-            front = Tiler(n, h, w, c, columns=columns, gap=self.gap, gap_value=self.gap_value)
+            self._plan.columns = columns
         except TilerError as exc:
             if columns is None:
                 raise
             err = str(exc)
-            front = Tiler(n, h, w, c, gap=self.gap, gap_value=self.gap_value)
-        self.front = front
-        self.back = Tiler(n, h, w, c, columns=front.columns_setting, gap=self.gap, gap_value=self.gap_value)
+            self._plan.columns = None
+        if step is not None:
+            self.step = max(1, min(step, h, w))
+        k = self.step
+        gd = self.gap if k == 1 else (min(1, self.gap) if self.gap else 0)
+        cols = self._plan.columns
+        alpha = self.front is not None and self.front.shows_alpha
+        self.front = Tiler(n, h // k, w // k, c, columns=cols, gap=gd, gap_value=self.gap_value)
+        self.back = Tiler(n, h // k, w // k, c, columns=cols, gap=gd, gap_value=self.gap_value)
+        if alpha:
+            for t in (self.front, self.back):
+                t._plan(cols, 4)
         self.has_frame = False
         return err
 
-    def set_columns(self, columns: int | None) -> None:
-        """Change the columns of both grids (raises ``TilerError`` when they would not fit)."""
-        assert self.front is not None and self.back is not None
-        self.front.columns = columns
-        try:
-            self.back.columns = columns
-        except TilerError:
-            self.front.columns = self.back.columns_setting
-            raise
-        self.has_frame = False
-
-    def copy(self, images: np.ndarray, src_format: str, bottom_up: bool, o: DisplayOptions) -> None:
+    def copy(
+        self, images: np.ndarray, src_format: str, bottom_up: bool, o: DisplayOptions, view: ViewRequest | None
+    ) -> None:
         assert self.back is not None
+        region = None
+        b = self.back
+        if view is not None and b.num_envs * b.height * b.width * b.channels > self.FULL_COPY_BYTES:
+            region = self.geometry.tiles_in(view.x0, view.y0, view.x1, view.y1)
         self.back.tile(
             images,
             src_format=src_format,
             flip_rows=bottom_up != o.flip_rows,
             swap_rb=o.swap_rb,
             show_alpha=o.show_alpha,
+            step=self.step,
+            region=region,
         )
 
     def swap(self) -> None:
@@ -474,7 +555,8 @@ class MonitorSession:
         self._header: Header | None = None
         self.history: History | None = None
         self._traffic: TrafficLog | None = None
-        self._buffers = TileBuffers()
+        self._grid: GridDisplay | None = None
+        self._view: ViewRequest | None = None
         self._display = DisplayOptions()
         self._src_format = "auto"
         self._bottom_up = False
@@ -561,8 +643,8 @@ class MonitorSession:
                 frame.hot_ok,
                 frame.frames_skipped,
             )
-            if frame.image_updated and self._copy_error is None and self._buffers.back is not None:
-                self._buffers.swap()
+            if frame.image_updated and self._copy_error is None and self._grid is not None:
+                self._grid.swap()
                 new_image = True
         if self._copy_error is not None:
             self._last_copy_error = self._copy_error
@@ -598,13 +680,82 @@ class MonitorSession:
             return
         old, self._display = self._display, options
         self._display_error = None
-        if options.columns != old.columns and self._buffers.front is not None:
-            try:
-                self._buffers.set_columns(options.columns)
-            except TilerError as exc:
-                self._display_error = str(exc)
-                self._display = replace(options, columns=self._buffers.front.columns_setting)
+        if options.columns != old.columns and self._grid is not None:
+            err = self._grid.configure(options.columns)
+            if err is not None:
+                self._display_error = err
+                self._display = replace(options, columns=None)
         self._link.request_images()
+
+    def set_view(self, view: ViewRequest | None) -> None:
+        """What part of the grid the view shows, and how large (``None``: all of it, full size).
+
+        Only the tiles in view are copied at the next step, downscaled when
+        they are shown smaller than their pixels.
+        """
+        if view == self._view:
+            return
+        self._view = view
+        g = self._grid
+        if g is not None:
+            step = 1 if view is None else view.step
+            if min(step, g.shape[1], g.shape[2]) != g.step:
+                g.configure(self._display.columns if self._display_error is None else None, step)
+        self._link.request_images()
+
+    def read_pixel(self, env: int, x: int, y: int) -> PixelReading | None:
+        """The pixel at ``(x, y)`` of ``env``'s tile as displayed, read from the segment's bytes now.
+
+        ``None`` when nothing is attached, the coordinates are outside the
+        tile, or the engine kept writing (a torn read is never reported).
+        """
+        seg, h = self._link.segment, self._header
+        if seg is None or h is None or seg.images is None or seg.still_valid() is not None:
+            return None
+        n, ih, iw, c = seg.images.shape
+        if not (0 <= env < n and 0 <= x < iw and 0 <= y < ih):
+            return None
+        row = ih - 1 - y if self._bottom_up != self._display.flip_rows else y
+        out = np.empty(c, np.uint8)
+        images = seg.images
+        r = seqlock_read(lambda: seg.counter("image_seq"), lambda: np.copyto(out, images[env, row, x]))
+        if not r.ok:
+            return None
+        return PixelReading.of(env, x, y, tuple(int(v) for v in out), self._src_format, self._display)
+
+    def snapshot(self, env: int | None = None) -> np.ndarray | None:
+        """The grid (or one env's tile) at full resolution from the segment's bytes, as displayed.
+
+        For saving: copied under the image seqlock into a buffer of its own,
+        with the display options applied. ``None`` when there are no images
+        or the engine never paused writing long enough for a consistent copy.
+        """
+        seg, h = self._link.segment, self._header
+        if seg is None or h is None or seg.images is None or seg.still_valid() is not None:
+            return None
+        n, ih, iw, c = seg.images.shape
+        cols = self._grid.geometry.columns if self._grid is not None else None
+        if env is not None:
+            if not 0 <= env < n:
+                return None
+            t = Tiler(1, ih, iw, c, columns=1, gap=0)
+            src = seg.images[env : env + 1]
+        else:
+            t = Tiler(n, ih, iw, c, columns=cols)
+            src = seg.images
+        o = self._display
+
+        def copy() -> None:
+            t.tile(
+                src,
+                src_format=self._src_format,
+                flip_rows=self._bottom_up != o.flip_rows,
+                swap_rb=o.swap_rb,
+                show_alpha=o.show_alpha,
+            )
+
+        r = seqlock_read(lambda: seg.counter("image_seq"), copy, max_retries=50)
+        return t.grid if r.ok else None
 
     def set_paused(self, paused: bool) -> None:
         """Stop copying images while a view's display is paused (history and counters go on)."""
@@ -693,7 +844,7 @@ class MonitorSession:
         self._link._set(LinkState.SEARCHING, "monitor closed")
         self._traffic = None
         self._header = None
-        self._buffers = TileBuffers()
+        self._grid = None
         self._tools = ToolsState(reason="monitor closed")
         self._closed = True
 
@@ -707,7 +858,7 @@ class MonitorSession:
         self._header = h
         if h is None:
             self._traffic = None
-            self._buffers = TileBuffers()
+            self._grid = None
             self._display_error = None
             self._tools = ToolsState()
             return
@@ -725,7 +876,7 @@ class MonitorSession:
 
     def _configure_grid(self, h: Header) -> None:
         """Called by the link on attach, before its first image copy: grids in the header's geometry."""
-        self._buffers = TileBuffers()
+        self._grid = None
         self._display_error = None
         self._last_copy_error = None
         if not (h.has_images and self._want_images):
@@ -733,24 +884,23 @@ class MonitorSession:
         self._src_format = h.pixel_format
         self._bottom_up = h.bottom_up
         try:
-            err = self._buffers.configure(
-                h.num_envs, h.image_height, h.image_width, h.image_channels, self._display.columns
-            )
+            grid = GridDisplay(h.num_envs, h.image_height, h.image_width, h.image_channels)
+            err = grid.configure(self._display.columns, 1 if self._view is None else self._view.step)
         except TilerError as exc:  # a grid too large to allocate: say so, show no images
-            self._buffers = TileBuffers()
             self._display_error = f"images not shown: {exc}"
             return
+        self._grid = grid
         if err is not None:
             self._display_error = err
             self._display = replace(self._display, columns=None)
 
     def _sink(self, images: np.ndarray) -> None:
         """Under the image seqlock: fused copy-and-tile into the back grid. Never raises."""
-        if self._buffers.back is None:
+        if self._grid is None:
             self._copy_error = "no grid configured"
             return
         try:
-            self._buffers.copy(images, self._src_format, self._bottom_up, self._display)
+            self._grid.copy(images, self._src_format, self._bottom_up, self._display, self._view)
         except TilerError as exc:
             self._copy_error = str(exc)
 
@@ -901,12 +1051,15 @@ class MonitorSession:
             )
         )
         image = None
-        b = self._buffers
-        if b.has_frame and b.front is not None and self._header is not None:
+        g = self._grid
+        if g is not None and g.has_frame and g.front is not None and self._header is not None:
             prev = self._last_image
             image = ImageFrame(
-                grid=_ro(b.front.grid),
-                layout=b.front,
+                grid=_ro(g.front.grid),
+                layout=g.geometry,
+                display_layout=g.front.geometry,
+                step=g.step,
+                scale=g.scale,
                 image_seq=image_seq if new_image else (prev.image_seq if prev else 0),
                 image_frame_seq=image_frame_seq if new_image else (prev.image_frame_seq if prev else 0),
                 src_format=self._src_format,

@@ -61,6 +61,7 @@ __all__ = [
     "MAX_GRID_BYTES",
     "MAX_GRID_SIDE",
     "FrameMeta",
+    "GridGeometry",
     "Tiler",
     "TilerError",
     "source_format",
@@ -126,6 +127,133 @@ def _check_gap_value(value: object) -> tuple[int, int, int]:
     raise TilerError(f"gap_value: {value!r}, must be an int 0..255 or an (r, g, b) triple")
 
 
+@dataclass(frozen=True, slots=True)
+class GridGeometry:
+    """Where each env's tile sits in a grid: pure layout, no pixels.
+
+    The coordinate system every view uses for the grid (labels, hover, the
+    selection highlight), whatever resolution the pixels are shown at.
+    ``columns_setting`` is the requested column count (``None``: automatic).
+    """
+
+    num_envs: int
+    height: int
+    width: int
+    channels: int
+    gap: int
+    columns: int
+    columns_setting: int | None = None
+    out_channels: int = 3
+
+    @property
+    def rows(self) -> int:
+        return -(-self.num_envs // self.columns)
+
+    @property
+    def grid_width(self) -> int:
+        return self.columns * (self.width + self.gap) - self.gap
+
+    @property
+    def grid_height(self) -> int:
+        return self.rows * (self.height + self.gap) - self.gap
+
+    @property
+    def shows_alpha(self) -> bool:
+        return self.out_channels == 4
+
+    def tile_origin(self, env: int) -> tuple[int, int]:
+        """Top-left grid pixel ``(x0, y0)`` of ``env``'s tile.
+
+        Raises
+        ------
+        TilerError
+            ``env`` is not an integer in ``0..num_envs-1``.
+        """
+        row, col = divmod(_check_int("env", env, 0, self.num_envs - 1), self.columns)
+        return col * (self.width + self.gap), row * (self.height + self.gap)
+
+    def env_at(self, x: float, y: float) -> tuple[int, int, int] | None:
+        """The env under grid pixel ``(x, y)`` and the pixel inside its tile.
+
+        Parameters
+        ----------
+        x, y : float
+            Grid coordinates (column, row; fractions are floored).
+
+        Returns
+        -------
+        tuple of (int, int, int) or None
+            ``(env, px, py)`` with ``px, py`` relative to the tile's top-left
+            as displayed, or ``None`` over a gap, an empty slot or outside.
+        """
+        try:
+            xf, yf = float(x), float(y)
+        except (TypeError, ValueError):
+            return None
+        if not (math.isfinite(xf) and math.isfinite(yf)):
+            return None
+        xi, yi = math.floor(xf), math.floor(yf)
+        if not (0 <= xi < self.grid_width and 0 <= yi < self.grid_height):
+            return None
+        col, px = divmod(xi, self.width + self.gap)
+        row, py = divmod(yi, self.height + self.gap)
+        if px >= self.width or py >= self.height:
+            return None
+        env = row * self.columns + col
+        if env >= self.num_envs:
+            return None
+        return env, px, py
+
+    def max_columns(self) -> int:
+        """Largest column count whose full-resolution grid stays within :data:`MAX_GRID_SIDE` a side."""
+        for cols in range(self.num_envs, 0, -1):
+            rows = -(-self.num_envs // cols)
+            if (
+                cols * (self.width + self.gap) - self.gap <= MAX_GRID_SIDE
+                and rows * (self.height + self.gap) - self.gap <= MAX_GRID_SIDE
+            ):
+                return cols
+        return 1
+
+    def tiles_in(self, x0: float, y0: float, x1: float, y1: float, margin: int = 1) -> tuple[int, int, int, int]:
+        """Tile rows ``r0:r1`` and columns ``c0:c1`` that meet the grid rectangle ``(x0, y0)-(x1, y1)``.
+
+        ``margin`` more tiles on each side, so a small pan shows no stale tile.
+        A rectangle outside the grid gives an empty range.
+        """
+        cw, ch = self.width + self.gap, self.height + self.gap
+        vals = [v if math.isfinite(v) else 0.0 for v in (x0, y0, x1, y1)]
+        c0 = max(0, math.floor(min(vals[0], vals[2]) / cw) - margin)
+        c1 = min(self.columns, math.floor(max(vals[0], vals[2]) / cw) + 1 + margin)
+        r0 = max(0, math.floor(min(vals[1], vals[3]) / ch) - margin)
+        r1 = min(self.rows, math.floor(max(vals[1], vals[3]) / ch) + 1 + margin)
+        return r0, max(r0, r1), c0, max(c0, c1)
+
+
+def _sample(block: np.ndarray, step: int, h: int, w: int) -> np.ndarray:
+    """Downscale the last three axes ``(H, W, c)`` of ``block`` by ``step`` without aliasing.
+
+    Each output pixel is the mean of four source pixels spread over its
+    ``step x step`` footprint, at offsets ``a`` and ``b`` in each axis whose
+    distance is odd (so a one-pixel stripe or checkerboard pattern averages
+    to its mean instead of aliasing): the exact area average for ``step`` 2,
+    a fixed sample otherwise, so the cost tracks output pixels, not source
+    bytes. ``step`` 1 is a view.
+    """
+    if step == 1:
+        return block[..., :h, :w, :]
+    d = max(1, step // 2)
+    d -= 1 - d % 2  # odd
+    a = step // 4
+    b = a + d
+    acc = block[..., a::step, a::step, :][..., :h, :w, :].astype(np.uint16)
+    for y, x in ((a, b), (b, a), (b, b)):
+        acc += block[..., y::step, x::step, :][..., :h, :w, :]
+    acc += 2
+    acc >>= 2
+    return acc.astype(np.uint8)
+
+
 class Tiler:
     """Copy ``(n, h, w, c)`` uint8 images into one preallocated tiled grid.
 
@@ -169,7 +297,9 @@ class Tiler:
         columns: int | None = None,
         gap: int = 2,
         gap_value: int | Sequence[int] = 40,
+        allocate: bool = True,
     ) -> None:
+        self._allocate = allocate  # False: plan the layout only (see :attr:`geometry`); tile() is unavailable
         self.num_envs = _check_int("num_envs", num_envs, 1, MAX_ENVS)
         self.height = _check_int("height", height, 1, MAX_SIDE)
         self.width = _check_int("width", width, 1, MAX_SIDE)
@@ -282,12 +412,14 @@ class Tiler:
                     f"{MAX_GRID_SIDE} pixels a side or {MAX_GRID_BYTES} bytes"
                 )
         self._columns_setting = columns if columns is None else cols
-        if cols == self._cols and out_channels == self._out_channels and self.grid.size:
+        if cols == self._cols and out_channels == self._out_channels and (self.grid.size or not self._allocate):
             return
         self._out_channels = out_channels
         rows, width, height = self._size(cols)
         self._cols, self._rows, self._W, self._H = cols, rows, width, height
         self._full_rows, self._rem = divmod(self.num_envs, cols)
+        if not self._allocate:
+            return
 
         grid = np.empty((height, width, out_channels), np.uint8)
         grid[..., :3] = self.gap_value
@@ -315,16 +447,29 @@ class Tiler:
             self._dst_last = None
 
     # --------------------------------------------------------------- tiling
-    def _source(self, images: object) -> np.ndarray:
+    def _source(self, images: object, step: int = 1) -> np.ndarray:
         if not isinstance(images, np.ndarray):
             raise TilerError(f"images: expected a numpy array, got {type(images).__name__}")
         if images.dtype != np.uint8:
             raise TilerError(f"images: dtype {images.dtype}, must be uint8")
-        want = (self.num_envs, self.height, self.width, self.channels)
         if images.ndim == 3 and self.channels == 1:
             images = images[..., np.newaxis]
-        if images.shape != want:
-            raise TilerError(f"images: shape {images.shape}, expected {want}")
+        if step == 1:
+            want = (self.num_envs, self.height, self.width, self.channels)
+            if images.shape != want:
+                raise TilerError(f"images: shape {images.shape}, expected {want}")
+            return images
+        ok = (
+            images.ndim == 4
+            and images.shape[0] == self.num_envs
+            and images.shape[1] // step == self.height
+            and images.shape[2] // step == self.width
+            and images.shape[3] == self.channels
+        )
+        if not ok:
+            raise TilerError(
+                f"images: shape {images.shape} does not give {self.height}x{self.width} tiles at step {step}"
+            )
         return images
 
     def _resolve_format(self, src_format: str | ImageFormat) -> ImageFormat:
@@ -373,6 +518,8 @@ class Tiler:
         flip_rows: bool = False,
         swap_rb: bool = False,
         show_alpha: bool = False,
+        step: int = 1,
+        region: tuple[int, int, int, int] | None = None,
     ) -> np.ndarray:
         """Copy one batch of images into :attr:`grid` and return it.
 
@@ -394,6 +541,15 @@ class Tiler:
             Keep alpha: the grid becomes ``(H, W, 4)`` RGBA (reallocated once on
             a change). Sources without alpha get 255. When False alpha is
             dropped, not composited.
+        step : int, optional
+            Source pixels per grid pixel on each axis: the images are
+            ``step`` times the tiles' size (floored) and are downscaled by a
+            fixed four-pixel sample per output pixel (see :func:`_sample`),
+            never by dropping pixels, so a fine pattern shows as its mean
+            colour, not as moiré.
+        region : (r0, r1, c0, c1), optional
+            Copy only the tiles in tile rows ``r0:r1`` and columns ``c0:c1``
+            (those on screen); the others keep what they held.
 
         Returns
         -------
@@ -415,7 +571,10 @@ class Tiler:
         inner loop three elements long, which measures 3-5x slower. Either way
         no temporary array is made.
         """
-        src = self._source(images)
+        if not self._allocate:
+            raise TilerError("this tiler plans a layout only; it has no grid to tile into")
+        step = _check_int("step", step, 1, MAX_SIDE)
+        src = self._source(images, step)
         fmt = self._resolve_format(src_format)
         out_c = 4 if show_alpha else 3
         if out_c != self._out_channels:
@@ -435,55 +594,65 @@ class Tiler:
                 pairs = [(0, 2), (1, 1), (2, 0)] if reverse else [(0, 0), (1, 1), (2, 2)]
                 if out_c == 4 and has_alpha:
                     pairs.append((3, 3))
-        self._copy(src, pairs)
+        if step == 1 and region is None:
+            self._copy(src, pairs)
+        else:
+            self._copy_region(src, pairs, step, region or (0, self._rows, 0, self._cols))
         return self.grid
+
+    def _copy_region(
+        self,
+        src: np.ndarray,
+        pairs: Sequence[tuple[int | slice, int | slice]],
+        step: int,
+        region: tuple[int, int, int, int],
+    ) -> None:
+        """Copy the tiles of ``region`` only, each downscaled by ``step`` (see :meth:`tile`)."""
+        r0, r1, c0, c1 = (int(v) for v in region)
+        r0, c0 = max(0, r0), max(0, c0)
+        r1, c1 = min(self._rows, r1), min(self._cols, c1)
+        h, w, fr, cols = self.height, self.width, self._full_rows, self._cols
+        if r0 < min(r1, fr) and c0 < c1:
+            re = min(r1, fr)
+            block = src[: fr * cols].reshape(fr, cols, *src.shape[1:])[r0:re, c0:c1]
+            tiles = _sample(block, step, h, w).transpose(0, 2, 1, 3, 4)  # (rv, h, cv, w, c)
+            dst = self._dst_full[r0:re, :, c0:c1]
+            for dk, sk in pairs:
+                np.copyto(dst[..., dk], tiles[..., sk])
+        if self._dst_last is not None and r1 > fr:
+            ce = min(c1, self._rem)
+            if c0 < ce:
+                tiles = _sample(src[fr * cols + c0 : fr * cols + ce], step, h, w).transpose(1, 0, 2, 3)
+                dst = self._dst_last[:, c0:ce]
+                for dk, sk in pairs:
+                    np.copyto(dst[..., dk], tiles[..., sk])
 
     # ---------------------------------------------------------- coordinates
     def _check_env(self, env: int) -> int:
         return _check_int("env", env, 0, self.num_envs - 1)
 
-    def tile_origin(self, env: int) -> tuple[int, int]:
-        """Top-left grid pixel ``(x0, y0)`` of ``env``'s tile.
+    @property
+    def geometry(self) -> GridGeometry:
+        """The grid's layout as a value (changes with columns and alpha)."""
+        return GridGeometry(
+            self.num_envs,
+            self.height,
+            self.width,
+            self.channels,
+            self.gap,
+            self._cols,
+            self._columns_setting,
+            self._out_channels,
+        )
 
-        Raises
-        ------
-        TilerError
-            ``env`` is not an integer in ``0..num_envs-1``.
-        """
+    def tile_origin(self, env: int) -> tuple[int, int]:
+        """Top-left grid pixel ``(x0, y0)`` of ``env``'s tile (see :meth:`GridGeometry.tile_origin`)."""
         row, col = divmod(self._check_env(env), self._cols)
         return col * (self.width + self.gap), row * (self.height + self.gap)
 
     def env_at(self, x: float, y: float) -> tuple[int, int, int] | None:
-        """The env under grid pixel ``(x, y)`` and the pixel inside its tile.
-
-        Parameters
-        ----------
-        x, y : float
-            Grid coordinates (column, row; fractions are floored).
-
-        Returns
-        -------
-        tuple of (int, int, int) or None
-            ``(env, px, py)`` with ``px, py`` relative to the tile's top-left
-            as displayed, or ``None`` over a gap, an empty slot or outside.
-        """
-        try:
-            xf, yf = float(x), float(y)
-        except (TypeError, ValueError):
-            return None
-        if not (math.isfinite(xf) and math.isfinite(yf)):
-            return None
-        xi, yi = math.floor(xf), math.floor(yf)
-        if not (0 <= xi < self._W and 0 <= yi < self._H):
-            return None
-        col, px = divmod(xi, self.width + self.gap)
-        row, py = divmod(yi, self.height + self.gap)
-        if px >= self.width or py >= self.height:
-            return None
-        env = row * self._cols + col
-        if env >= self.num_envs:
-            return None
-        return env, px, py
+        """The env under grid pixel ``(x, y)`` and the pixel inside its tile (see :meth:`GridGeometry.env_at`)."""
+        return self.geometry.env_at(x, y)
 
     def tile_view(self, env: int) -> np.ndarray:
         """A writable view of ``env``'s tile inside :attr:`grid`, ``(h, w, C)``.

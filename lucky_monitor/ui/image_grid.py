@@ -24,7 +24,7 @@ the ViewBox to grid pixels and :meth:`Tiler.env_at`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from os import PathLike
 from typing import Any
 
@@ -33,8 +33,8 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal
 
-from lucky_monitor.core.session import DisplayOptions, ImageFrame
-from lucky_monitor.core.tiler import FrameMeta, Tiler, TilerError, source_format
+from lucky_monitor.core.session import DisplayOptions, ImageFrame, PixelReading, ViewRequest
+from lucky_monitor.core.tiler import FrameMeta, GridGeometry, Tiler, TilerError, source_format
 from lucky_monitor.protocol.enums import ImageFormat
 from lucky_monitor.protocol.errors import LuckyMonitorError
 from lucky_monitor.ui import palette as pal
@@ -100,7 +100,7 @@ class _EnvLabels(QtWidgets.QGraphicsItem):
 
     def __init__(self, min_tile_px: int, max_labels: int) -> None:
         super().__init__()
-        self._tiler: Tiler | None = None
+        self._tiler: Tiler | GridGeometry | None = None
         self._rect = QtCore.QRectF()
         self._min_tile_px = min_tile_px
         self._max_labels = max_labels
@@ -116,7 +116,7 @@ class _EnvLabels(QtWidgets.QGraphicsItem):
         self.last_drawn = 0
         self.paints = 0
 
-    def set_tiler(self, tiler: Tiler | None) -> None:
+    def set_tiler(self, tiler: Tiler | GridGeometry | None) -> None:
         self._tiler = tiler
         self._texts.clear()
         self._set_rect(QtCore.QRectF())
@@ -141,7 +141,7 @@ class _EnvLabels(QtWidgets.QGraphicsItem):
         self._set_rect(rect)
 
     @staticmethod
-    def _tile_span(t: Tiler, r: QtCore.QRectF) -> tuple[int, int, int, int]:
+    def _tile_span(t: Tiler | GridGeometry, r: QtCore.QRectF) -> tuple[int, int, int, int]:
         pitch_x, pitch_y = t.width + t.gap, t.height + t.gap
         c0 = max(0, int(r.left() // pitch_x))
         c1 = min(t.columns - 1, int(r.right() // pitch_x))
@@ -264,6 +264,7 @@ class ImageGridWidget(QtWidgets.QWidget):
     env_selected = Signal(int)
     hover_changed = Signal(str)
     display_changed = Signal(object)  # DisplayOptions, after a control change
+    view_changed = Signal(object)  # ViewRequest: the part of the grid in view and its screen scale
 
     def __init__(
         self,
@@ -278,7 +279,8 @@ class ImageGridWidget(QtWidgets.QWidget):
         Tiler(1, 1, 1, 3, gap=gap, gap_value=gap_value)  # validates both (TilerError) before any frame
         self._gap = gap
         self._gap_value = gap_value
-        self.tiler: Tiler | None = None  # the front grid: what is shown
+        # What is shown: the local front grid (set_frame), or a session's layout (show_image).
+        self.tiler: Tiler | GridGeometry | None = None
         self._back: Tiler | None = None  # same geometry; copy_frame fills it, present swaps
         self._back_ready = False
         self._images: np.ndarray | None = None
@@ -295,6 +297,10 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._geometry: tuple[int, ...] | None = None
         self._selection: tuple[int, ...] = ()
         self._extra_highlights: list[QtWidgets.QGraphicsRectItem] = []
+        self._last_view: ViewRequest | None = None
+        #: Showing a session's grid: where exact bytes come from (hover readouts, 1:1 view, saved PNGs).
+        self.pixel_reader: Callable[[int, int, int], PixelReading | None] | None = None
+        self.snapshot_source: Callable[[int | None], np.ndarray | None] | None = None
 
         # --- view
         self.graphics = pg.GraphicsLayoutWidget()
@@ -405,6 +411,7 @@ class ImageGridWidget(QtWidgets.QWidget):
                     self._selected = None
             self._needs_fit = True
         self._show()
+        self.image_item.setRect(QtCore.QRectF(*image.display_rect()))
         self.set_meta(image.image_seq, image.image_frame_seq, torn)
 
     def clear_image(self, text: str = "no images") -> None:
@@ -509,14 +516,20 @@ class ImageGridWidget(QtWidgets.QWidget):
         t = self.tiler
         if t is None or not self._has_frame:
             return
-        self.image_item.setImage(t.grid, autoLevels=False)
+        frame = self._frame
+        grid = frame.grid if frame is not None else t.grid  # type: ignore[union-attr]
+        self.image_item.setImage(grid, autoLevels=False)
+        if frame is None:
+            self.image_item.setRect(QtCore.QRectF(0, 0, grid.shape[1], grid.shape[0]))
         if self._needs_fit:
             self._needs_fit = False
             self._place_highlight()
             self.reset_zoom()
         if self._single is not None and self._single.isVisible():
             env = self._selected if self._selected is not None else 0
-            self._single.set_image(env, t.tile_view(env))
+            tile = self._exact_tile(env)
+            if tile is not None:
+                self._single.set_image(env, tile)
         if self._hover is not None:
             self._set_hover_text(self.readout_at(*self._hover))
 
@@ -530,7 +543,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         if self._frame is not None:
             return
         t = self.tiler
-        if t is None or not self._has_frame:
+        if not isinstance(t, Tiler) or not self._has_frame:
             return
         if self._images is not None:
             self._tile(t, self._images)
@@ -584,7 +597,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         if self._frame is not None:
             self.display_changed.emit(self.display_options())
             return
-        if t is None:
+        if not isinstance(t, Tiler):
             return
         try:
             t.columns = value or None
@@ -603,7 +616,18 @@ class ImageGridWidget(QtWidgets.QWidget):
 
     def _update_labels(self, *_: object) -> None:
         px = self.view_box.viewPixelSize()
-        self.labels.set_view(self.view_box.viewRect(), px[0], px[1])
+        rect = self.view_box.viewRect()
+        self.labels.set_view(rect, px[0], px[1])
+        if px[0] > 0 and px[1] > 0:
+            view = ViewRequest(rect.left(), rect.top(), rect.right(), rect.bottom(), 1.0 / max(px[0], px[1]))
+            if view != self._last_view:
+                self._last_view = view
+                self.view_changed.emit(view)
+
+    @property
+    def view_request(self) -> ViewRequest | None:
+        """The part of the grid in view and its screen scale, as last told to ``view_changed``."""
+        return self._last_view
 
     # ------------------------------------------------------------ status
     def set_meta(self, image_seq: int, image_frame_seq: int, torn: int) -> None:
@@ -654,23 +678,26 @@ class ImageGridWidget(QtWidgets.QWidget):
         if hit is None:
             return ""
         env, px, py = hit
-        x0, y0 = t.tile_origin(env)
-        pixel = t.grid[y0 + py, x0 + px].tolist()
-        kind = (ImageFormat.RGBA if len(pixel) == 4 else ImageFormat.RGB).label
-        text = f"env {env}  x {px} y {py}  shown {kind}({', '.join(str(v) for v in pixel)})"
         changes = []
         if self.flip_check.isChecked():
             changes.append("rows flipped")
         if self.channel_combo.currentIndex() == 1:
             changes.append("R↔B swapped")
-        frame = self._frame
-        if frame is not None:
-            fmt, stored = frame.stored_pixel(env, px, py)
-            if (fmt, tuple(stored)) != (kind, tuple(pixel)):
-                text += f"  stored {fmt}({', '.join(str(v) for v in stored)})"
-        if changes:
-            text += f"  ({', '.join(changes)} for display)"
-        return text
+        note = f"  ({', '.join(changes)} for display)" if changes else ""
+        if self._frame is not None:
+            # A session's grid: read the segment's exact bytes, never the (possibly downscaled) display buffer.
+            reading = self.pixel_reader(env, px, py) if self.pixel_reader is not None else None
+            if reading is None:
+                return f"env {env}  x {px} y {py}"
+            kind = (ImageFormat.RGBA if len(reading.shown) == 4 else ImageFormat.RGB).label
+            text = f"env {env}  x {px} y {py}  shown {kind}({', '.join(str(v) for v in reading.shown)})"
+            if (reading.format, reading.stored) != (kind, reading.shown):
+                text += f"  stored {reading.format}({', '.join(str(v) for v in reading.stored)})"
+            return text + note
+        x0, y0 = t.tile_origin(env)
+        pixel = t.grid[y0 + py, x0 + px].tolist()  # type: ignore[union-attr]
+        kind = (ImageFormat.RGBA if len(pixel) == 4 else ImageFormat.RGB).label
+        return f"env {env}  x {px} y {py}  shown {kind}({', '.join(str(v) for v in pixel)})" + note
 
     def _set_hover_text(self, text: str) -> None:
         if text == self._hover_text:
@@ -734,7 +761,9 @@ class ImageGridWidget(QtWidgets.QWidget):
             self._selection = (self._selected,)
         self._place_highlight()
         if self._single is not None and self._single.isVisible():
-            self._single.set_image(self._selected, self.tiler.tile_view(self._selected))
+            tile = self._exact_tile(self._selected)
+            if tile is not None:
+                self._single.set_image(self._selected, tile)
         self.env_selected.emit(self._selected)
 
     @property
@@ -786,7 +815,9 @@ class ImageGridWidget(QtWidgets.QWidget):
         t = self.tiler
         if t is not None and self._has_frame:
             env = self._selected if self._selected is not None else 0
-            view.set_image(env, t.tile_view(env))
+            tile = self._exact_tile(env)
+            if tile is not None:
+                view.set_image(env, tile)
             view.resize(min(t.width + 16, 1200), min(t.height + 48, 900))
         view.show()
         view.raise_()
@@ -808,7 +839,13 @@ class ImageGridWidget(QtWidgets.QWidget):
         """
         if self.tiler is None or not self._has_frame:
             raise ImageGridError("no images shown yet")
-        _save_png(self.tiler.grid, path)
+        if self._frame is not None:
+            grid = self.snapshot_source(None) if self.snapshot_source is not None else None
+            if grid is None:
+                raise ImageGridError("no consistent copy of the images could be taken (the engine kept writing)")
+            _save_png(grid, path)
+            return
+        _save_png(self.tiler.grid, path)  # type: ignore[union-attr]
 
     def save_env_png(self, env: int, path: str | PathLike[str]) -> None:
         """Write one env's tile as shown to a PNG file.
@@ -822,4 +859,15 @@ class ImageGridWidget(QtWidgets.QWidget):
         """
         if self.tiler is None or not self._has_frame:
             raise ImageGridError("no images shown yet")
-        _save_png(self.tiler.tile_view(env), path)
+        self.tiler.tile_origin(env)  # validates env
+        tile = self._exact_tile(env)
+        if tile is None:
+            raise ImageGridError("no consistent copy of the images could be taken (the engine kept writing)")
+        _save_png(tile, path)
+
+    def _exact_tile(self, env: int) -> np.ndarray | None:
+        """``env``'s tile as displayed at full resolution: the session's exact bytes, or the local grid."""
+        if self._frame is not None:
+            return self.snapshot_source(env) if self.snapshot_source is not None else None
+        assert isinstance(self.tiler, Tiler)
+        return self.tiler.tile_view(env)

@@ -87,6 +87,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self.plots = PlotsPanel(self.history)
         self.grid.env_selected.connect(self._on_env_selected)
         self.grid.display_changed.connect(self.session.set_display)
+        self.grid.view_changed.connect(self.session.set_view)
+        self.grid.pixel_reader = self.session.read_pixel
+        self.grid.snapshot_source = self.session.snapshot
         split = QtWidgets.QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.grid)
         split.addWidget(self.plots)
@@ -223,7 +226,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.backend.apply(tick)
         if not self._paused:
             image = tick.image
-            if image is not None and (image.new or self.grid.tiler is not image.layout):
+            if image is not None and (image.new or self.grid.tiler != image.layout):
                 self.grid.show_image(image, tick.counters.torn_images)
             if tick.display_error:
                 self.grid.status_label.setText(tick.display_error)

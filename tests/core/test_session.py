@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from lucky_monitor.core.monitor import LinkState
-from lucky_monitor.core.session import DisplayOptions, MonitorSession, Tick
+from lucky_monitor.core.session import DisplayOptions, MonitorSession, Tick, ViewRequest
 from lucky_monitor.protocol.ring import RingWriter
 from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
 from lucky_monitor.transport.shm import platform_kind, shm_path
@@ -208,9 +208,11 @@ def test_display_options_are_plain_values_applied_at_the_next_step(engines) -> N
     t = s.step()  # no new engine frame needed: the session copies again
     assert t.image is not None and t.image.new and t.image.layout.columns == 1
     assert t.image.options.swap_rb
-    fmt, stored = t.image.stored_pixel(0, 0, 0)
+    reading = s.read_pixel(0, 0, 0)
     shown = t.image.grid[0, 0].tolist()
-    assert fmt == "rgb" and list(stored) == shown[::-1]
+    assert reading is not None and reading.format == "rgb" and list(reading.shown) == shown
+    assert list(reading.stored) == shown[::-1]
+    assert reading.stored == tuple(int(v) for v in eng.seg.images[0, 0, 0])
     s.close()
 
 
@@ -342,4 +344,64 @@ def test_a_stale_segment_is_not_attached_and_detached_every_poll(engines, segmen
         state = t.state
     assert state is LinkState.ENGINE_EXITED and t.reason and "is gone" in t.reason
     assert len(gens) <= 1 and t.header is None
+    s.close()
+
+
+# ---------------------------------------------------------------------------
+# Display work bounded by the screen
+# ---------------------------------------------------------------------------
+
+
+def test_overview_is_downscaled_and_hover_and_snapshots_read_exact_bytes(engines) -> None:
+    eng = ReferenceEngine(config(num_envs=256, image=(32, 32)))
+    engines.append(eng)
+    s = MonitorSession(eng.name, tools=False)
+    t = run(s, engines, lambda t: t.image is not None, "first image")
+    full = t.image.layout
+    assert t.image.step == 1 and t.image.grid.shape[:2] == (full.grid_height, full.grid_width)
+    # The whole grid on a screen a quarter its size: tiles are downscaled by 4, not decimated.
+    s.set_view(ViewRequest(0, 0, full.grid_width, full.grid_height, 0.25))
+    t = s.step()
+    img = t.image
+    assert img.new and img.step == 4 and img.layout == full
+    # a quarter of the pixels on each axis (gaps stay one pixel wide)
+    assert img.grid.shape[0] <= full.grid_height // 4 + full.rows
+    assert img.grid.shape[1] <= full.grid_width // 4 + full.columns
+    src = eng.seg.images[17].astype(np.int16)
+    shown = img.shown_tile(17).astype(np.int16)
+    assert shown.shape == (8, 8, 3)
+    # each shown pixel is the mean of four of the 16 source pixels it covers: within their range
+    blocks = src.reshape(8, 4, 8, 4, 3)
+    assert (shown >= blocks.min(axis=(1, 3)) - 1).all() and (shown <= blocks.max(axis=(1, 3)) + 1).all()
+    _, _, x1, y1 = img.display_rect()
+    assert abs(x1 - full.grid_width) <= 4 and abs(y1 - full.grid_height) <= 4
+    # Hover and saved pictures come from the segment's bytes, never the display buffer.
+    reading = s.read_pixel(17, 5, 6)
+    assert reading is not None and reading.stored == tuple(int(v) for v in eng.seg.images[17, 6, 5])
+    grid = s.snapshot()
+    assert grid is not None and grid.shape[:2] == (full.grid_height, full.grid_width)
+    ox, oy = full.tile_origin(17)
+    np.testing.assert_array_equal(grid[oy : oy + 32, ox : ox + 32], eng.seg.images[17])
+    tile = s.snapshot(17)
+    np.testing.assert_array_equal(tile, eng.seg.images[17])
+    s.close()
+
+
+def test_zoomed_in_only_the_tiles_in_view_are_copied(engines) -> None:
+    eng = ReferenceEngine(config(num_envs=64, image=(32, 32)))
+    engines.append(eng)
+    s = MonitorSession(eng.name, tools=False)
+    run(s, engines, lambda t: t.image is not None, "first image")
+    assert s._grid is not None
+    s._grid.FULL_COPY_BYTES = 0  # as for a large segment
+    full = s.step().image.layout
+    ox, oy = full.tile_origin(0)
+    s.set_view(ViewRequest(ox, oy, ox + 30, oy + 30, 4.0))  # env 0 fills the screen
+    eng.tick()
+    t = run(s, engines, lambda t: t.image is not None and t.image.new, "a new image")
+    assert t.image.step == 1
+    np.testing.assert_array_equal(t.image.shown_tile(0), eng.seg.images[0])
+    far = full.num_envs - 1
+    copied = {e for e in range(full.num_envs) if np.array_equal(t.image.shown_tile(e), eng.seg.images[e])}
+    assert 0 in copied and far not in copied  # the far corner was not copied this frame
     s.close()

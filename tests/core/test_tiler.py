@@ -283,3 +283,70 @@ def test_oversized_grids_are_refused_without_allocating():
     with pytest.raises(TilerError):
         t.columns = 64
     assert 1 <= t.min_columns() <= t.columns <= t.max_columns()
+
+
+# ---------------------------------------------------------------------------
+# Screen-bounded tiling: a region of tiles, downscaled by a fixed sample
+# ---------------------------------------------------------------------------
+
+
+def test_region_copies_only_the_tiles_in_view() -> None:
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, (10, 4, 5, 3), dtype=np.uint8)
+    t = Tiler(10, 4, 5, 3, columns=4, gap=1, gap_value=9)
+    before = t.grid.copy()
+    t.tile(images, region=(1, 2, 1, 3))  # tile row 1, columns 1..2: envs 5 and 6
+    changed = {env for env in range(10) if not np.array_equal(t.tile_view(env), before[:4, :5] * 0 + 9)}
+    assert changed == {5, 6}
+    np.testing.assert_array_equal(t.tile_view(5), images[5])
+    np.testing.assert_array_equal(t.tile_view(6), images[6])
+    t.tile(images, region=(2, 9, 0, 9))  # the partial last row, clamped
+    np.testing.assert_array_equal(t.tile_view(8), images[8])
+    np.testing.assert_array_equal(t.tile_view(9), images[9])
+
+
+def test_step_two_is_the_exact_area_average() -> None:
+    rng = np.random.default_rng(4)
+    images = rng.integers(0, 256, (6, 8, 10, 3), dtype=np.uint8)
+    t = Tiler(6, 4, 5, 3, columns=3, gap=1)
+    t.tile(images, step=2)
+    blocks = images.reshape(6, 4, 2, 5, 2, 3).astype(np.uint16).sum(axis=(2, 4))
+    want = ((blocks + 2) >> 2).astype(np.uint8)
+    for env in range(6):
+        np.testing.assert_array_equal(t.tile_view(env), want[env])
+
+
+def test_a_one_pixel_checkerboard_downscales_to_its_mean_not_moire() -> None:
+    yy, xx = np.mgrid[0:64, 0:64]
+    board = np.where((yy + xx) % 2 == 0, 255, 0).astype(np.uint8)
+    images = np.repeat(board[None, :, :, None], 3, axis=3).repeat(4, axis=0)
+    for step in (2, 3, 4, 5, 8):
+        t = Tiler(4, 64 // step, 64 // step, 3, gap=0)
+        t.tile(images, step=step)
+        assert int(t.grid.min()) >= 120 and int(t.grid.max()) <= 135, step
+
+
+def test_the_4096_env_overview_shows_each_tiles_colour() -> None:
+    rng = np.random.default_rng(5)
+    colours = rng.integers(0, 256, (4096, 3), dtype=np.uint8)
+    images = np.broadcast_to(colours[:, None, None, :], (4096, 64, 64, 3))
+    step = 8
+    t = Tiler(4096, 64 // step, 64 // step, 3, gap=1)
+    t.tile(images, step=step)
+    for env in (0, 1, 63, 64, 2047, 4095):
+        tile = t.tile_view(env)
+        assert (tile == colours[env]).all(), env
+    assert t.grid.shape[0] < 600 and t.grid.shape[1] < 600  # screen-sized, not 4096x4096
+
+
+def test_geometry_is_a_value_with_the_tilers_layout() -> None:
+    t = Tiler(7, 4, 5, 3, columns=3, gap=2)
+    g = t.geometry
+    assert (g.columns, g.rows, g.grid_width, g.grid_height) == (3, 3, t.grid_width, t.grid_height)
+    for env in range(7):
+        assert g.tile_origin(env) == t.tile_origin(env)
+        x0, y0 = g.tile_origin(env)
+        assert g.env_at(x0 + 1, y0 + 2) == (env, 1, 2)
+    assert g.tiles_in(0, 0, 1, 1, margin=0) == (0, 1, 0, 1)
+    assert g.tiles_in(-50, -50, 1e6, 1e6) == (0, 3, 0, 3)
+    assert g.tiles_in(8, 7, 8, 7, margin=1) == (0, 3, 0, 3)

@@ -11,7 +11,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from lucky_monitor.core.session import DisplayOptions
 from lucky_monitor.core.tiler import FrameMeta, Tiler, TilerError
 from lucky_monitor.ui.image_grid import ImageGridError, ImageGridWidget, array_to_qimage
-from tests.ui.ticks import image_frame
+from tests.ui.ticks import image_frame, pixel_reader
 
 
 def tile_center_on_viewport(widget: ImageGridWidget, env: int) -> QtCore.QPoint:
@@ -517,18 +517,23 @@ def test_readout_says_shown_and_stored_values(grid_widget, solid_images, qtbot):
     images[4, 7, 3] = (10, 20, 200)  # as stored
     at = (18 + 3, 18 + 7)
 
-    grid_widget.show_image(image_frame(images, src_format="rgb"))
+    def show(imgs, **kw):  # the window shows a session's frame and reads exact bytes through it
+        frame = image_frame(imgs, **kw)
+        grid_widget.pixel_reader = pixel_reader(imgs, frame)
+        grid_widget.show_image(frame)
+
+    show(images, src_format="rgb")
     assert grid_widget.readout_at(*at) == "env 4  x 3 y 7  shown rgb(10, 20, 200)"  # nothing changed: one value
 
-    grid_widget.show_image(image_frame(images, src_format="bgr"))
+    show(images, src_format="bgr")
     assert grid_widget.readout_at(*at) == "env 4  x 3 y 7  shown rgb(200, 20, 10)  stored bgr(10, 20, 200)"
 
     grid_widget.channel_combo.setCurrentIndex(1)  # asks the session; its next frame is swapped
-    grid_widget.show_image(image_frame(images, src_format="rgb", options=DisplayOptions(swap_rb=True)))
+    show(images, src_format="rgb", options=DisplayOptions(swap_rb=True))
     assert grid_widget.readout_at(*at) == (
         "env 4  x 3 y 7  shown rgb(200, 20, 10)  stored rgb(10, 20, 200)  (R↔B swapped for display)"
     )
-    grid_widget.show_image(image_frame(images, src_format="bgr", options=DisplayOptions(swap_rb=True)))
+    show(images, src_format="bgr", options=DisplayOptions(swap_rb=True))
     assert grid_widget.readout_at(*at) == (
         "env 4  x 3 y 7  shown rgb(10, 20, 200)  stored bgr(10, 20, 200)  (R↔B swapped for display)"
     )
@@ -536,12 +541,12 @@ def test_readout_says_shown_and_stored_values(grid_widget, solid_images, qtbot):
     grid_widget.channel_combo.setCurrentIndex(0)
     gray = np.full((9, 16, 16), 30, np.uint8)
     gray[4, 7, 3] = 77
-    grid_widget.show_image(image_frame(gray))
+    show(gray)
     assert grid_widget.readout_at(*at) == "env 4  x 3 y 7  shown rgb(77, 77, 77)  stored gray(77)"
 
     # Rows stored bottom-up: the tile is shown upright, and the stored value is the same pixel's.
     flipped = images[:, ::-1].copy()
-    grid_widget.show_image(image_frame(flipped, src_format="bgr", bottom_up=True))
+    show(flipped, src_format="bgr", bottom_up=True)
     assert grid_widget.readout_at(*at) == "env 4  x 3 y 7  shown rgb(200, 20, 10)  stored bgr(10, 20, 200)"
 
     # The hover label says the same.

@@ -95,7 +95,7 @@ def test_tile_pixels_equal_engine_image_when_engine_is_idle(qtbot, window):
         eng.render_now()  # a publication the monitor has not seen
         qtbot.waitUntil(lambda: win.grid.status_label.text().count(str(eng.seg.counter("image_seq"))) > 0, timeout=5000)
         for env in range(6):
-            assert np.array_equal(win.grid.tiler.tile_view(env), eng.seg.images[env]), env
+            assert np.array_equal(_t(win).image.shown_tile(env), eng.seg.images[env]), env
     finally:
         eng.close()
 
@@ -126,13 +126,13 @@ def test_debug_draw_from_the_panel_changes_displayed_pixels(qtbot, window):
         win = window(name)
         qtbot.waitUntil(lambda: _t(win).counters.images_copied >= 1, timeout=5000)
         qtbot.waitUntil(lambda: win.backend.value("toolsAvailable") is True, timeout=5000)
-        before = win.grid.tiler.tile_view(2).copy()
+        before = _t(win).image.shown_tile(2).copy()
         # A vertical green line through the middle of the track, in every env's image.
         win.backend.drawLine(0.0, 0.0, -0.5, 0.0, 0.0, 1.5, 0.0, 1.0, 0.0, 1.0, True)
         qtbot.waitUntil(lambda: "success" in str(win.backend.value("lastDrawResult")), timeout=5000)
-        qtbot.waitUntil(lambda: not np.array_equal(win.grid.tiler.tile_view(2), before), timeout=5000)
+        qtbot.waitUntil(lambda: not np.array_equal(_t(win).image.shown_tile(2), before), timeout=5000)
         px, py = eng.renderer.project(0.0, 0.5)
-        tile = win.grid.tiler.tile_view(2)
+        tile = _t(win).image.shown_tile(2)
         assert tuple(tile[int(py), int(px)]) == (0, 255, 0)
     finally:
         timer.stop()

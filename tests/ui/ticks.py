@@ -156,7 +156,10 @@ def image_frame(
     grid.flags.writeable = False  # the session hands out read-only views of its buffers
     return ImageFrame(
         grid=grid,
-        layout=t,
+        layout=t.geometry,
+        display_layout=t.geometry,
+        step=1,
+        scale=(1.0, 1.0),
         image_seq=image_seq,
         image_frame_seq=image_frame_seq,
         src_format=src_format,
@@ -164,3 +167,17 @@ def image_frame(
         options=options,
         new=True,
     )
+
+
+def pixel_reader(images: np.ndarray, frame: ImageFrame):
+    """What the window hands the grid: exact stored bytes (here from ``images``), decoded for display."""
+    from lucky_monitor.core.session import PixelReading
+
+    def read(env: int, x: int, y: int) -> PixelReading:
+        h = images.shape[1]
+        row = h - 1 - y if frame.bottom_up != frame.options.flip_rows else y
+        px = images[env, row, x]
+        stored = tuple(int(v) for v in np.atleast_1d(px))
+        return PixelReading.of(env, x, y, stored, frame.src_format, frame.options)
+
+    return read
