@@ -15,14 +15,23 @@ JSON line with the median and 99th percentile of a full trainer step:
   buffer when configured) and returns obs + rewards + dones + truncateds
   (+ images) as bytes; the client sends the actions as bytes. Same payloads
   both ways; the client wraps the reply in numpy views like the shm side.
-* **compute** - the step's work alone in this process (physics, obs, render),
-  the floor both transports sit on.
+* **shm_noop** - the transport alone: the same engine started with the hidden
+  ``sim --noop-step`` option (``EngineConfig.noop_step``), whose step hands
+  the frame back (reads the hand-over, publishes ``frame_seq + 1``) without
+  physics, obs or images. The floor the shared-memory side sits on: its
+  median is the hand-over's round trip between two processes.
+* **compute** - the step's work alone in this process
+  (:meth:`~lucky_monitor.sim.physics.CartPoleBatch.advance`, the call the
+  engine makes: physics, rewards/dones/truncateds, auto-reset, obs; plus the
+  render when images are configured), the other floor under both transports.
 
-The three run side by side and are timed in ten interleaved blocks, so a
-change in machine load during the run hits all three alike (``load_average``
+The four run side by side and are timed in ten interleaved blocks, so a
+change in machine load during the run hits all of them alike (``load_average``
 in each line tells how busy the machine was).
 
-``speedup = grpc_median_us / shm_median_us``. A final line reports the CPU
+``speedup = grpc_median_us / shm_median_us``; ``shm_over_work_us =
+shm_median_us - compute_median_us`` (what lock-step adds to the work) beside
+``shm_noop_median_us`` (what a hand-over costs with no work at all). A final line reports the CPU
 use of a demo-style run (realtime 50 Hz, 64 envs, 64x64 images): engine free-
 running, then engine + reference trainer in lock-step.
 
@@ -103,15 +112,9 @@ class Work:
 
     def step(self, actions: np.ndarray) -> None:
         sim = self.sim
-        np.copyto(self.actions, actions)
-        sim.step(self.actions)
-        self.rewards[:] = sim.rewards
-        self.dones[:] = sim.dones
-        self.truncateds[:] = sim.truncateds
-        ended = sim.dones | sim.truncateds
-        if ended.any():
-            sim.reset(ended)
-        sim.write_obs(self.obs)
+        np.copyto(self.actions, actions)  # the engine copies the segment's actions the same way
+        # exactly the engine's call (obs padding stays zero from the start, as in the segment)
+        sim.advance(self.actions, self.obs, self.rewards, self.dones, self.truncateds, clear_tail=False)
         if self.renderer is not None:
             self.renderer.render(sim, self.images)
 
@@ -136,7 +139,7 @@ def image_arg(cfg: Config) -> str:
     return f"{cfg.image[0]}x{cfg.image[1]}" if cfg.image else "none"
 
 
-# ---------------------------------------------------------------------------- the three ways to step
+# ---------------------------------------------------------------------------- the four ways to step
 Stepper = Callable[[np.ndarray], object]
 
 
@@ -147,11 +150,11 @@ def compute_side(cfg: Config) -> Iterator[Stepper]:
 
 
 @contextlib.contextmanager
-def shm_side(cfg: Config) -> Iterator[Stepper]:
-    """The reference engine in a child process, this process as its trainer."""
+def shm_side(cfg: Config, *, noop: bool = False) -> Iterator[Stepper]:
+    """The reference engine in a child process, this process as its trainer; ``noop``: the transport alone."""
     from lucky_monitor.sim.trainer import SharedMemoryClient
 
-    name = segment_name("shm")
+    name = segment_name("noop" if noop else "shm")
     argv = lucky(
         "sim",
         "--name",
@@ -167,6 +170,7 @@ def shm_side(cfg: Config) -> Iterator[Stepper]:
         str(cfg.act_size),
         "--image",
         image_arg(cfg),
+        *(["--noop-step"] if noop else []),
     )
     with child(argv) as engine:
         if first_line(engine) != name:
@@ -237,10 +241,15 @@ def grpc_side(cfg: Config) -> Iterator[Stepper]:
 
 
 def measure(cfg: Config, steps: int, warmup: int, blocks: int) -> dict[str, list[float]]:
-    """Time ``steps`` steps of each side, interleaved in ``blocks`` so load drift hits all three alike."""
+    """Time ``steps`` steps of each side, interleaved in ``blocks`` so load drift hits all four alike."""
     acts = action_batches(cfg)
-    with compute_side(cfg) as compute, shm_side(cfg) as shm, grpc_side(cfg) as rpc:
-        sides = {"compute": compute, "shm": shm, "grpc": rpc}
+    with (
+        compute_side(cfg) as compute,
+        shm_side(cfg) as shm,
+        shm_side(cfg, noop=True) as noop,
+        grpc_side(cfg) as rpc,
+    ):
+        sides = {"compute": compute, "shm": shm, "shm_noop": noop, "grpc": rpc}
         for fn in sides.values():
             for i in range(warmup):
                 fn(acts[i % len(acts)])
@@ -351,10 +360,13 @@ def main(argv: list[str] | None = None) -> int:
             "bytes_up": cfg.bytes_up,
             "bytes_down": cfg.bytes_down,
             **summarize_us(times["shm"], "shm"),
+            **summarize_us(times["shm_noop"], "shm_noop"),
             **summarize_us(times["grpc"], "grpc"),
             **summarize_us(times["compute"], "compute"),
         }
-        figures["speedup"] = round(figures["grpc_median_us"] / figures["shm_median_us"], 2)  # type: ignore[operator]
+        shm, work = figures["shm_median_us"], figures["compute_median_us"]
+        figures["speedup"] = round(figures["grpc_median_us"] / shm, 2)  # type: ignore[operator]
+        figures["shm_over_work_us"] = round(shm - work, 1)  # type: ignore[operator]
         emit(figures, facts={**facts, "load_average": machine_facts()["load_average"]})
     if not args.no_demo:
         emit(

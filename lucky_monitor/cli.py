@@ -462,9 +462,10 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 
 
 def _sim_args(p: argparse.ArgumentParser) -> None:
-    from .sim.run import add_sim_arguments
+    from .sim.run import add_noop_step_argument, add_sim_arguments
 
     add_sim_arguments(p)
+    add_noop_step_argument(p)
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:

@@ -79,6 +79,8 @@ class EngineConfig:
     cmd_ring_size: int = 512 * 1024
     tools_ring_size: int = 64 * 1024
     camera_fps: float = 60.0  # 0 = render every frame
+    #: benchmarks only: a step hands the frame back without physics, obs or images (the transport alone)
+    noop_step: bool = False
 
     @property
     def channels(self) -> int:
@@ -352,22 +354,15 @@ class ReferenceEngine:
             k = min(len(ctrl), sim.act_size)
             self._actions[env, :k] = ctrl[:k]
         self._controls.clear()
-        flags = seg.resets != 0
-        reset = flags | self._pending_reset
-        if reset.any():
-            sim.reset(reset)
+        if seg.resets.any() or self._pending_reset.any():
+            flags = seg.resets != 0
+            sim.reset(flags | self._pending_reset)
             seg.resets[flags] = 0
             self._pending_reset[:] = False
-        sim.step(self._actions)
-        seg.rewards[:] = sim.rewards
-        seg.dones[:] = sim.dones
-        ended = sim.dones | sim.truncateds
-        if seg.truncateds is not None:
-            seg.truncateds[:] = sim.truncateds
-        if ended.any():
-            sim.reset(ended)
-        sim.write_obs(seg.obs, clear_tail=False)  # the padding columns stay zero from the first write
-        self._render(frame + 1)
+        if not self.cfg.noop_step:
+            # the padding columns of obs stay zero from the first write
+            sim.advance(self._actions, seg.obs, seg.rewards, seg.dones, seg.truncateds, clear_tail=False)
+            self._render(frame + 1)
         self.steps += 1
         seg.set("frame_seq", frame + 1)
         self._idle_since = time.perf_counter()

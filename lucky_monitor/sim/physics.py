@@ -320,9 +320,37 @@ class CartPoleBatch:
         self.truncateds = np.zeros(n, dtype=bool)
         self._force = np.zeros(n)
         # cos θ and sin θ of the current state: computed once per step, shared by
-        # the reward and write_obs; reset() refreshes the envs it touches.
+        # the reward, write_obs and the first stage of the next step; reset()
+        # refreshes the envs it touches. ``_trig_of`` holds the angles they were
+        # computed from, so a state written from outside (tests set up states
+        # that way) is noticed bit for bit and its cos/sin recomputed.
         self._cos = np.ones(n)
         self._sin = np.zeros(n)
+        self._trig_of = np.zeros(n)
+        # per-step scratch: every temporary of step() lives here, so a step allocates nothing of size n
+        self._scratch = np.empty((18, n))
+        (
+            self._total,
+            self._mh,
+            self._mhg,
+            self._j,
+            self._tj,
+            self._fric,
+            self._damp,
+            self._a12,
+            self._r1,
+            self._r2,
+            self._det,
+            self._tmp,
+            self._v1,
+            self._v2,
+            self._v3,
+            self._v4,
+            self._c2,
+            self._s2,
+        ) = self._scratch
+        self._flags = np.empty((3, n), dtype=bool)
+        self._nan = np.empty((n, self.act_size), dtype=bool)
         self._head: np.ndarray | None = None  # contiguous scratch for write_obs
         n_echo = min(self.act_size, self.obs_size - STATE_FEATURES)
         self._echo = slice(STATE_FEATURES, STATE_FEATURES + n_echo)
@@ -418,9 +446,11 @@ class CartPoleBatch:
         p.friction[idx] = rng.uniform(*c.friction_range, size=k)
         p.hue[idx] = rng.uniform(0.0, 1.0, size=k)
         noise = c.init_angle_noise
-        self.theta[idx] = _wrap(np.pi + rng.uniform(-noise, noise, size=k))
-        self._cos[idx] = np.cos(self.theta[idx])
-        self._sin[idx] = np.sin(self.theta[idx])
+        theta = _wrap(np.pi + rng.uniform(-noise, noise, size=k))
+        self.theta[idx] = theta
+        self._trig_of[idx] = theta
+        self._cos[idx] = np.cos(theta)
+        self._sin[idx] = np.sin(theta)
         self.theta_dot[idx] = rng.uniform(-noise, noise, size=k)
         self.x[idx] = 0.0
         self.x_dot[idx] = 0.0
@@ -435,35 +465,57 @@ class CartPoleBatch:
         """Recompute the per-env constants of the equations of motion from ``params``."""
         p = self.params
         m = p.pole_mass
-        self._total = p.cart_mass + m
-        self._mh = 0.5 * m * p.pole_length
-        self._mhg = self._mh * GRAVITY
-        self._j = m * p.pole_length**2 / 3.0
-        self._fric = p.friction * self._total * GRAVITY
-        self._damp = _HINGE_DAMPING_TIME * p.friction * self._mhg
+        np.add(p.cart_mass, m, out=self._total)
+        np.multiply(0.5, m, out=self._mh)
+        self._mh *= p.pole_length
+        np.multiply(self._mh, GRAVITY, out=self._mhg)
+        np.square(p.pole_length, out=self._j)
+        np.multiply(m, self._j, out=self._j)
+        self._j /= 3.0
+        np.multiply(self._total, self._j, out=self._tj)
+        np.multiply(p.friction, self._total, out=self._fric)
+        self._fric *= GRAVITY
+        np.multiply(_HINGE_DAMPING_TIME, p.friction, out=self._damp)
+        self._damp *= self._mhg
 
-    def _accel(self, xd: np.ndarray, th: np.ndarray, thd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _accel(
+        self, xd: np.ndarray, cos: np.ndarray, sin: np.ndarray, thd: np.ndarray, xdd: np.ndarray, thdd: np.ndarray
+    ) -> None:
+        """Write the accelerations at (``xd``, θ, ``thd``), with ``cos``/``sin`` of θ, into ``xdd``/``thdd``."""
         mh = self._mh
-        j = self._j
-        total = self._total
-        s = np.sin(th)
-        a12 = np.cos(th)
-        a12 *= mh
-        r1 = np.tanh(xd / _V_EPS)
+        a12, r1, r2, det, tmp = self._a12, self._r1, self._r2, self._det, self._tmp
+        np.multiply(cos, mh, out=a12)
+        np.divide(xd, _V_EPS, out=r1)
+        np.tanh(r1, out=r1)
         r1 *= self._fric
         np.subtract(self._force, r1, out=r1)
-        r1 += mh * s * thd * thd
-        r2 = self._mhg * s
-        r2 -= self._damp * thd
-        det = total * j
-        det -= a12 * a12
-        xdd = j * r1
-        xdd -= a12 * r2
+        np.multiply(mh, sin, out=tmp)
+        tmp *= thd
+        tmp *= thd
+        r1 += tmp
+        np.multiply(self._mhg, sin, out=r2)
+        np.multiply(self._damp, thd, out=tmp)
+        r2 -= tmp
+        np.multiply(a12, a12, out=det)
+        np.subtract(self._tj, det, out=det)
+        np.multiply(self._j, r1, out=xdd)
+        np.multiply(a12, r2, out=tmp)
+        xdd -= tmp
         xdd /= det
-        thdd = total * r2
-        thdd -= a12 * r1
+        np.multiply(self._total, r2, out=thdd)
+        np.multiply(a12, r1, out=tmp)
+        thdd -= tmp
         thdd /= det
-        return xdd, thdd
+
+    def _refresh_trig(self) -> None:
+        """Recompute ``_cos``/``_sin`` where ``theta`` is not bit for bit the angle they belong to."""
+        stale = np.not_equal(self.theta.view(np.int64), self._trig_of.view(np.int64), out=self._flags[0])
+        if stale.any():
+            idx = np.flatnonzero(stale)
+            theta = self.theta[idx]
+            self._trig_of[idx] = theta
+            self._cos[idx] = np.cos(theta)
+            self._sin[idx] = np.sin(theta)
 
     def step(self, actions: np.ndarray) -> None:
         """Apply actions and advance every env by one ``dt``.
@@ -485,6 +537,12 @@ class CartPoleBatch:
         marks envs whose cart left the track (or whose state went non-finite)
         and ``truncateds`` envs with ``t >= episode_length``. Both are
         independent of each other; done envs keep stepping until reset.
+
+        A step allocates no temporary of size ``num_envs`` (all live in
+        preallocated scratch; only the indices of the angles that wrap are
+        gathered) and evaluates two sines and two cosines per env:
+        those of the midpoint and of the new state, which the next step's
+        first stage reuses.
         """
         a = np.asarray(actions)
         if a.shape != (self.num_envs, self.act_size) or a.dtype.kind not in "fiub":
@@ -493,45 +551,113 @@ class CartPoleBatch:
             )
         la = self.last_actions
         np.clip(a, -1.0, 1.0, out=la, casting="unsafe")
-        np.nan_to_num(la, copy=False, nan=0.0)
+        if a.dtype.kind == "f":  # clip keeps NaN; it counts as 0
+            nan = np.isnan(la, out=self._nan)
+            if nan.any():
+                np.copyto(la, 0.0, where=nan)
         np.multiply(la[:, 0], FORCE_SCALE, out=self._force)
 
         self._derive()
+        self._refresh_trig()
         dt = self._contract.dt
-        x, xd, th, thd = self.x, self.x_dot, self.theta, self.theta_dot
-        # explicit midpoint (RK2) on (x, ẋ, θ, θ̇): half the transcendental calls of RK4
-        a1, b1 = self._accel(xd, th, thd)
         half = 0.5 * dt
-        xd2 = a1
+        x, xd, th, thd = self.x, self.x_dot, self.theta, self.theta_dot
+        xd2, thd2, th2, tmp = self._v1, self._v2, self._v3, self._tmp
+        # explicit midpoint (RK2) on (x, ẋ, θ, θ̇): half the transcendental calls of RK4
+        self._accel(xd, self._cos, self._sin, thd, xd2, thd2)
         xd2 *= half
         xd2 += xd
-        thd2 = b1
         thd2 *= half
         thd2 += thd
-        th2 = thd * half
+        np.multiply(thd, half, out=th2)
         th2 += th
-        a2, b2 = self._accel(xd2, th2, thd2)
-        x += dt * xd2
-        th += dt * thd2
+        np.cos(th2, out=self._c2)
+        np.sin(th2, out=self._s2)
+        a2, b2 = self._v4, th2  # th2 is not needed after its cos and sin
+        self._accel(xd2, self._c2, self._s2, thd2, a2, b2)
+        np.multiply(dt, xd2, out=tmp)
+        x += tmp
+        np.multiply(dt, thd2, out=tmp)
+        th += tmp
         a2 *= dt
         xd += a2
         b2 *= dt
         thd += b2
-        _wrap(th, out=th)
+        _wrap(th, out=th, scratch=self._flags[1:])
         self.t += 1
 
         np.cos(th, out=self._cos)
         np.sin(th, out=self._sin)
-        finite = np.isfinite(x + xd + thd + th)  # a sum is finite only if every term is
-        np.logical_or(np.abs(x) > X_LIMIT, ~finite, out=self.dones)
+        np.copyto(self._trig_of, th)
+        finite = self._flags[0]
+        np.add(x, xd, out=tmp)  # a sum is finite only if every term is
+        tmp += thd
+        tmp += th
+        np.isfinite(tmp, out=finite)
+        np.logical_not(finite, out=finite)
+        np.abs(x, out=tmp)
+        np.greater(tmp, X_LIMIT, out=self.dones)
+        self.dones |= finite
         np.greater_equal(self.t, self._contract.episode_length, out=self.truncateds)
-        r = self._cos + 1.0
+        r = self._v1  # xd2 is spent
+        np.add(self._cos, 1.0, out=r)
         r *= 0.5
-        r -= 0.01 * np.square(la[:, 0], dtype=np.float64)
-        r -= 0.001 * np.minimum(thd * thd, 100.0)
-        r -= 0.05 * np.square(x / X_LIMIT)
-        np.nan_to_num(r, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+        np.copyto(tmp, la[:, 0])  # as float64: a cast copy needs no buffer, a casting square would
+        np.square(tmp, out=tmp)
+        tmp *= 0.01
+        r -= tmp
+        np.multiply(thd, thd, out=tmp)
+        np.minimum(tmp, 100.0, out=tmp)
+        tmp *= 0.001
+        r -= tmp
+        np.divide(x, X_LIMIT, out=tmp)
+        np.square(tmp, out=tmp)
+        tmp *= 0.05
+        r -= tmp
+        bad = np.isfinite(r, out=finite)
+        if not bad.all():  # NaN and ±inf count as 0
+            np.logical_not(bad, out=bad)
+            np.copyto(r, 0.0, where=bad)
         self.rewards[:] = r
+
+    def advance(
+        self,
+        actions: np.ndarray,
+        obs: np.ndarray,
+        rewards: np.ndarray,
+        dones: np.ndarray,
+        truncateds: np.ndarray | None = None,
+        *,
+        clear_tail: bool = True,
+    ) -> None:
+        """One vector-env step as the engine publishes it: step, report, auto-reset, observe.
+
+        Parameters
+        ----------
+        actions : numpy.ndarray, shape (num_envs, act_size)
+            As for :meth:`step`.
+        obs, rewards, dones, truncateds : numpy.ndarray
+            Destinations (e.g. the segment's regions): ``rewards``, ``dones``
+            and ``truncateds`` (when given) receive this step's values, then the
+            envs that ended (done or truncated) are reset and ``obs`` receives
+            every env's observation, the first of the new episode for those.
+        clear_tail : bool
+            As for :meth:`write_obs`.
+
+        Raises
+        ------
+        SimError
+            As :meth:`step` and :meth:`write_obs` do.
+        """
+        self.step(actions)
+        rewards[:] = self.rewards
+        dones[:] = self.dones
+        if truncateds is not None:
+            truncateds[:] = self.truncateds
+        ended = np.logical_or(self.dones, self.truncateds, out=self._flags[1])
+        if ended.any():
+            self.reset(ended)
+        self.write_obs(obs, clear_tail=clear_tail)
 
     # ------------------------------------------------------------------ read-outs
     def write_obs(self, out: np.ndarray, *, clear_tail: bool = True) -> None:
@@ -569,7 +695,7 @@ class CartPoleBatch:
         head[:, 2] = self._cos
         head[:, 3] = self._sin
         head[:, 4] = self.theta_dot
-        head[:, e] = self.last_actions[:, : e.stop - e.start]
+        _copy_rows(head[:, e], self.last_actions[:, : e.stop - e.start])
         col = e.stop
         p = self.params
         extras = (None, p.pole_length, p.pole_mass, p.cart_mass, p.friction)
@@ -579,7 +705,7 @@ class CartPoleBatch:
             else:
                 head[:, col] = extras[i]
             col += 1
-        out[:, :width] = head
+        _copy_rows(out[:, :width], head)
         if clear_tail and width < self.obs_size:
             out[:, width:] = 0.0
 
@@ -625,9 +751,41 @@ class CartPoleBatch:
         return self.x + length * np.sin(self.theta), length * np.cos(self.theta)
 
 
-def _wrap(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Wrap angles to [-pi, pi)."""
+def _wrap(a: np.ndarray, out: np.ndarray | None = None, scratch: np.ndarray | None = None) -> np.ndarray:
+    """Wrap angles to [-pi, pi): ``((a + pi) mod 2 pi) - pi``.
+
+    ``mod`` (a floating-point remainder, slow) is applied only where ``a + pi`` lies
+    outside ``[0, 2 pi)``: inside, it returns its argument exactly, so the result
+    is the same as applying it everywhere (small arrays get it everywhere).
+    ``scratch``: two bool rows of ``a``'s length, to allocate nothing.
+    """
     r = np.add(a, np.pi, out=out)
-    np.mod(r, 2.0 * np.pi, out=r)
+    if r.size <= 256:  # a few resets: the masks would cost more than the remainder
+        np.mod(r, 2.0 * np.pi, out=r)
+        r -= np.pi
+        return r
+    if scratch is None:
+        scratch = np.empty((2, r.size), dtype=bool)
+    low, high = scratch[0], scratch[1]
+    np.less(r, 0.0, out=low)
+    np.greater_equal(r, 2.0 * np.pi, out=high)
+    low |= high
+    if low.any():
+        idx = np.flatnonzero(low)
+        r[idx] = np.mod(r[idx], 2.0 * np.pi)
     r -= np.pi
     return r
+
+
+def _copy_rows(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` for 2-d float32 arrays of the same shape, a row at a time.
+
+    Where both have contiguous rows, each row is copied as one opaque item
+    (a void view): a plain assignment of narrow rows runs numpy's inner
+    loop once per row, which costs about twice as much.
+    """
+    if dst.strides[1] == src.strides[1] == src.itemsize and dst.dtype == src.dtype and dst.shape[1] > 0:
+        item = np.dtype((np.void, src.itemsize * src.shape[1]))
+        np.copyto(dst.view(item)[:, 0], src.view(item)[:, 0])
+    else:
+        dst[...] = src

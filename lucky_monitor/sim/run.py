@@ -122,6 +122,14 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: run until signalled)")
 
 
+def add_noop_step_argument(p: argparse.ArgumentParser) -> None:
+    """``sim --noop-step`` (hidden): steps publish a frame without physics, obs or images.
+
+    For ``benchmarks/step_latency.py``, which times the transport alone with it.
+    """
+    p.add_argument("--noop-step", action="store_true", help=argparse.SUPPRESS)
+
+
 def _check_range(option: str, value: int, low: int, high: int, what: str) -> None:
     if not low <= value <= high:
         raise UsageError(f"{option} {value}: {what} must be {low}..{high}")
@@ -168,6 +176,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         seed=args.seed,
         camera_fps=args.camera_fps,
         tools_ring_size=0 if args.no_tools else 64 * 1024,
+        noop_step=getattr(args, "noop_step", False),
     )
     plan_segment(cfg)  # the size check, before anything is allocated
     return cfg

@@ -276,6 +276,37 @@ def test_engine_waits_for_the_trainer_and_applies_its_actions(make_engine) -> No
     assert seg.counter("frame_seq") == f + 1 and seg.counter("action_seq") == f - 1
 
 
+def test_noop_step_hands_frames_back_without_touching_the_data(make_engine) -> None:
+    # the benchmarks' transport-only engine: lock-step as usual, no physics, obs or images
+    eng = make_engine(noop_step=True)
+    hand = Hand(eng.name)
+    try:
+        seg = eng.seg
+        obs, rewards, image_seq = seg.obs.copy(), seg.rewards.copy(), seg.counter("image_seq")
+        for _ in range(5):
+            k = hand.give(np.ones((N_ENVS, ACT), np.float32))
+            step_once(eng)
+            assert seg.counter("frame_seq") == k + 1 and seg.counter("action_seq") == k
+        np.testing.assert_array_equal(seg.obs, obs)
+        np.testing.assert_array_equal(seg.rewards, rewards)
+        assert seg.counter("image_seq") == image_seq and eng.sim.t.max() == 0
+    finally:
+        hand.close()
+
+
+def test_sim_noop_step_option_reaches_the_engine_config() -> None:
+    import argparse
+
+    from lucky_monitor.sim.run import add_noop_step_argument, add_sim_arguments, config_from_args
+
+    p = argparse.ArgumentParser()
+    add_sim_arguments(p)
+    add_noop_step_argument(p)
+    assert config_from_args(p.parse_args(["--noop-step", "--image", "none"])).noop_step
+    assert not config_from_args(p.parse_args(["--image", "none"])).noop_step
+    assert "--noop-step" not in p.format_help()  # hidden: a benchmark's tool
+
+
 def test_reset_flags_by_hand_are_applied_and_cleared(make_engine) -> None:
     eng = make_engine(image=None)
     hand = Hand(eng.name)
