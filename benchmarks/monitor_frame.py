@@ -82,7 +82,7 @@ class Config:
     channels: int = 3
 
 
-CONFIGS = [Config(64, 64, 64), Config(16, 256, 256), Config(256, 128, 128)]
+CONFIGS = [Config(64, 64, 64), Config(16, 256, 256), Config(256, 128, 128), Config(4096, 64, 64)]
 
 
 # ---------------------------------------------------------------------------- children
@@ -240,6 +240,10 @@ def bench_frames(app: Any, cfg: Config, name: str, workdir: str, samples: int, w
             "images_per_s_during_timing": round((counter("image_seq") - seq0) / 2 / dt, 1),
             "torn_images": win.last_tick.counters.torn_images if win.last_tick else 0,
             "grid_px": [grid.grid_width, grid.grid_height],
+            "display_px": list(win.last_tick.image.grid.shape[1::-1])
+            if win.last_tick and win.last_tick.image
+            else None,
+            "display_step": win.last_tick.image.step if win.last_tick and win.last_tick.image else None,
             "grid_viewport_px": [port.width(), port.height()],
         }
         return out

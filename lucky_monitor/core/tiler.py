@@ -230,25 +230,38 @@ class GridGeometry:
         return r0, max(r0, r1), c0, max(c0, c1)
 
 
+def _gather(block: np.ndarray, y: int, x: int, step: int, h: int, w: int) -> np.ndarray:
+    """Every ``step``-th pixel from ``(y, x)`` of the last three axes ``(H, W, c)``, into a new array.
+
+    Each pixel moves as one ``c``-byte element (a void view), so numpy's inner
+    loop runs along a tile row instead of over three channel bytes: ~3x faster
+    for small tiles.
+    """
+    v = block[..., y::step, x::step, :][..., :h, :w, :]
+    out = np.empty(v.shape, np.uint8)
+    if v.strides[-1] == 1:
+        pixel = np.dtype((np.void, v.shape[-1]))
+        np.copyto(out.view(pixel)[..., 0], v.view(pixel)[..., 0])
+    else:
+        np.copyto(out, v)
+    return out
+
+
 def _sample(block: np.ndarray, step: int, h: int, w: int) -> np.ndarray:
     """Downscale the last three axes ``(H, W, c)`` of ``block`` by ``step`` without aliasing.
 
-    Each output pixel is the mean of four source pixels spread over its
-    ``step x step`` footprint, at offsets ``a`` and ``b`` in each axis whose
-    distance is odd (so a one-pixel stripe or checkerboard pattern averages
-    to its mean instead of aliasing): the exact area average for ``step`` 2,
-    a fixed sample otherwise, so the cost tracks output pixels, not source
-    bytes. ``step`` 1 is a view.
+    Each output pixel is the mean of the 2x2 source pixels at the centre of
+    its ``step x step`` footprint: the exact area average for ``step`` 2, a
+    fixed sample otherwise, so the cost tracks output pixels, not source
+    bytes, and a one-pixel stripe or checkerboard pattern shows as its mean
+    colour instead of moiré. ``step`` 1 is a view.
     """
     if step == 1:
         return block[..., :h, :w, :]
-    d = max(1, step // 2)
-    d -= 1 - d % 2  # odd
-    a = step // 4
-    b = a + d
-    acc = block[..., a::step, a::step, :][..., :h, :w, :].astype(np.uint16)
-    for y, x in ((a, b), (b, a), (b, b)):
-        acc += block[..., y::step, x::step, :][..., :h, :w, :]
+    a = (step - 1) // 2
+    acc = _gather(block, a, a, step, h, w).astype(np.uint16)
+    for y, x in ((a, a + 1), (a + 1, a), (a + 1, a + 1)):
+        acc += _gather(block, y, x, step, h, w)
     acc += 2
     acc >>= 2
     return acc.astype(np.uint8)

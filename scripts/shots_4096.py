@@ -1,0 +1,71 @@
+"""Screenshots of the 4096-env overview and a zoomed-in view, for the README.
+
+Starts the reference engine at 4096 envs x 64x64 RGB, opens the monitor window
+(offscreen unless a display is set), lets it follow for a few seconds, saves the
+whole window with the grid fitted, then zooms the grid onto a few tiles and saves
+again. Usage: ``python scripts/shots_4096.py OUT_DIR``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def main() -> int:
+    out = sys.argv[1] if len(sys.argv) > 1 else "assets/screenshots"
+    os.makedirs(out, exist_ok=True)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    name = f"LuckyEngine_shots_{os.getpid()}"
+    eng = subprocess.Popen(
+        [sys.executable, "-m", "lucky_monitor", "sim", "--name", name, "--envs", "4096", "--image", "64x64"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert eng.stdout is not None
+        if eng.stdout.readline().strip() != name:
+            raise SystemExit("the engine did not start")
+        from PySide6 import QtCore, QtWidgets
+
+        from lucky_monitor.ui.main_window import MainWindow
+        from lucky_monitor.ui.theme import apply_theme
+
+        app = QtWidgets.QApplication([sys.argv[0]])
+        apply_theme(app)
+        ini = os.path.join(tempfile.mkdtemp(), "s.ini")
+        win = MainWindow(name, settings=QtCore.QSettings(ini, QtCore.QSettings.Format.IniFormat), persist=False)
+        win.resize(1920, 1080)
+        win.show()
+
+        def run(seconds: float) -> None:
+            t_end = time.monotonic() + seconds
+            while time.monotonic() < t_end:
+                app.processEvents()
+                time.sleep(0.005)
+
+        run(6.0)
+        win.grid.reset_zoom()
+        run(2.0)
+        win.grab().save(os.path.join(out, "overview_4096.png"))
+        geo = win.last_tick.image.layout if win.last_tick and win.last_tick.image else None
+        if geo is not None:
+            x0, y0 = geo.tile_origin(geo.columns * 3 + 3)
+            win.grid.view_box.setRange(QtCore.QRectF(x0, y0, 4 * (geo.width + geo.gap), 2 * (geo.height + geo.gap)),
+                                       padding=0)
+            run(2.0)
+            win.grab().save(os.path.join(out, "zoomed_4096.png"))
+        win.close()
+    finally:
+        eng.terminate()
+        eng.wait(10)
+        if eng.stdout is not None:
+            eng.stdout.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
