@@ -26,12 +26,12 @@ from . import palette as pal
 
 COLUMNS = ("time", "direction", "method", "correlation", "bytes", "latency", "error")
 #: Header texts, compact so that all columns fit the dock's default width (the full names are tooltips).
-HEADERS = ("time", "dir", "method", "corr", "bytes", "lat ms", "error")
+HEADERS = ("time", "dir", "method", "corr", "bytes", "lat ms", "err")
 _HEADER_TIPS = (
     "time: seconds since the first entry",
     "direction: T trainer, E engine, M this monitor (T→E: trainer to engine)",
     "method",
-    "correlation id",
+    "correlation id in hex (a 64-bit id as high:low halves)",
     "payload bytes",
     "latency: request → response, in milliseconds, from the producers' sent_ns stamps",
     "error",
@@ -45,7 +45,26 @@ SHORT_DIRECTIONS = {
     ("tools", "s2c"): "E→M",
 }
 #: The widest text each fixed column must show whole: its width comes from the font.
-_WIDEST = {0: "8888.8", 1: "M→E", 3: "88888", 4: "88888", 5: UNKNOWN_LATENCY, 6: "error"}
+_WIDEST = {0: "8888.8", 1: "M→E", 3: "8888:88", 4: "88888", 5: UNKNOWN_LATENCY, 6: "err"}
+
+
+def correlation_text(cid: int) -> str:
+    """A correlation id, compact: hex, and a 64-bit id as ``high:low`` (32 bits each, hex).
+
+    Producers often put a prefix (the reference trainer: its pid) in the high
+    half and count in the low half, so ``3039:1a`` reads as "client 0x3039,
+    request 0x1a" where the decimal would be 13 digits.
+    """
+    high, low = cid >> 32, cid & 0xFFFFFFFF
+    return f"{high:x}:{low:x}" if high else f"{low:x}"
+
+
+class _ElideLeft(QtWidgets.QStyledItemDelegate):
+    """Elides at the left: a long correlation id keeps its low digits, the ones that differ."""
+
+    def initStyleOption(self, option: QtWidgets.QStyleOptionViewItem, index) -> None:  # type: ignore[override]
+        super().initStyleOption(option, index)
+        option.textElideMode = Qt.TextElideMode.ElideLeft  # type: ignore[attr-defined]
 
 
 class TrafficModel(QtCore.QAbstractTableModel):
@@ -95,7 +114,7 @@ class TrafficModel(QtCore.QAbstractTableModel):
             if col == 2:
                 return e.method
             if col == 3:
-                return str(e.correlation_id)
+                return correlation_text(e.correlation_id)
             if col == 4:
                 return str(e.size)
             if col == 5:
@@ -116,7 +135,9 @@ class TrafficModel(QtCore.QAbstractTableModel):
             if col == 2:
                 return e.method
             if col == 3:
-                return f"correlation id {e.correlation_id} ({e.correlation_id:#x})"
+                return (
+                    f"correlation id {e.correlation_id} ({e.correlation_id:#x}; shown as high:low 32-bit halves in hex)"
+                )
             if col == 6 and e.error:
                 return e.error
         if role == Qt.ItemDataRole.ForegroundRole and e.error:
@@ -157,7 +178,7 @@ class TrafficView(QtWidgets.QWidget):
         metrics = self.table.fontMetrics()
         self.table.verticalHeader().setDefaultSectionSize(metrics.height() + 6)
         hh = self.table.horizontalHeader()
-        hh.setMinimumSectionSize(metrics.horizontalAdvance("8888") + 8)
+        hh.setMinimumSectionSize(metrics.horizontalAdvance("888") + 6)
         hh.setHighlightSections(False)
         for col in range(len(COLUMNS)):
             if col == 2:
@@ -165,8 +186,10 @@ class TrafficView(QtWidgets.QWidget):
                 continue
             hh.setSectionResizeMode(col, QtWidgets.QHeaderView.ResizeMode.Interactive)
             text = max(_WIDEST[col], HEADERS[col], key=metrics.horizontalAdvance)
-            self.table.setColumnWidth(col, metrics.horizontalAdvance(text) + 8)
+            self.table.setColumnWidth(col, metrics.horizontalAdvance(text) + 7)
         hh.setStretchLastSection(False)
+        self._elide_left = _ElideLeft(self.table)
+        self.table.setItemDelegateForColumn(3, self._elide_left)
         self.filter_edit = QtWidgets.QLineEdit()
         self.filter_edit.setPlaceholderText("filter by method, e.g. Draw")
         self.filter_edit.setClearButtonEnabled(True)

@@ -73,8 +73,8 @@ def test_all_columns_fit_the_default_dock_width(view, qtbot) -> None:
     from lucky_monitor.ui.traffic_view import COLUMNS
 
     entries = [
-        TrafficEntry(100.0, "main", "c2s", "GetJointStateReq", 0x1A2B, 48, None, None, sent_ns=1),
-        TrafficEntry(100.5, "main", "s2c", "GetJointStateResp", 0x1A2B, 1234, None, 0.0125, sent_ns=2),
+        TrafficEntry(100.0, "main", "c2s", "GetJointStateReq", (13_649 << 32) | 0x12, 48, None, None, sent_ns=1),
+        TrafficEntry(100.5, "main", "s2c", "GetJointStateResp", (13_649 << 32) | 0x12, 1234, None, 0.0125, sent_ns=2),
         TrafficEntry(1234.5, "tools", "s2c", "SetServiceEnabledResp", 0xFFFF, 88888, "service Camera is unknown", 0.25),
     ]
     entries += [TrafficEntry(101.0 + k, "main", "c2s", "GetJointStateReq", k, 48, None, None) for k in range(40)]
@@ -103,4 +103,6 @@ def test_all_columns_fit_the_default_dock_width(view, qtbot) -> None:
     assert table.verticalScrollBar().isVisible()  # 43 rows: the vertical bar takes its room, still no horizontal one
     assert header.sectionSize(2) >= metrics.horizontalAdvance("GetJo…Resp")  # the method column keeps some room
     assert model.data(model.index(0, 1)) == "T→E"
+    assert model.data(model.index(0, 3)) == "3551:12"  # a trainer's id: pid in the high half, a count in the low
+    assert "58622008623122" in model.data(model.index(0, 3), Qt.ItemDataRole.ToolTipRole)
     assert model.data(model.index(0, 1), Qt.ItemDataRole.ToolTipRole) == "trainer → engine (main ring)"
