@@ -175,6 +175,9 @@ class TrafficView(QtWidgets.QWidget):
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.setWordWrap(False)
+        font = QtGui.QFont(self.table.font())
+        font.setPointSizeF(max(font.pointSizeF() * 0.9, 8.0))  # a dense table: one step below the window's text
+        self.table.setFont(font)
         metrics = self.table.fontMetrics()
         self.table.verticalHeader().setDefaultSectionSize(metrics.height() + 6)
         hh = self.table.horizontalHeader()
