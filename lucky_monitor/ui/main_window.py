@@ -39,6 +39,7 @@ POLL_HZ = 60
 PLOT_EVERY = 6  # ticks: plots refresh at 10 Hz (axis layout is their main cost) ...
 PLOT_EVERY_MAX = 30  # ... and back off to 2 Hz when painting makes the poll late
 TRAFFIC_EVERY = 12  # ticks: the traffic table repaints at 5 Hz (the taps are read every tick)
+PLOTS_SHARE = 0.58  # of the centre's height, until the user moves the splitter (three plots >= 120 px at 1600x1000)
 
 
 class MainWindow(QtWidgets.QMainWindow):
@@ -96,9 +97,12 @@ class MainWindow(QtWidgets.QMainWindow):
         self.grid.setMinimumHeight(260)
         self.plots.setMinimumHeight(330)
         split.setChildrenCollapsible(False)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
-        split.setSizes([560, 440])
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 1)
+        split.setSizes([440, 560])
+        split.splitterMoved.connect(self._splitter_moved)
+        self._auto_split = True  # the plots keep PLOTS_SHARE of the height until the user drags the splitter
+        self._docks_sized = False
         self.splitter = split
         self.setCentralWidget(split)
 
@@ -111,7 +115,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.draw_form.setMinimumWidth(max(320, int(self.draw_form.rootObject().implicitWidth())))
         self.traffic = TrafficView()
         self._dock("RPC panel", self.panel, Qt.DockWidgetArea.LeftDockWidgetArea)
-        self._dock("Debug draw", self.draw_form, Qt.DockWidgetArea.RightDockWidgetArea)
+        self._draw_dock = self._dock("Debug draw", self.draw_form, Qt.DockWidgetArea.RightDockWidgetArea)
         self._dock("Command traffic", self.traffic, Qt.DockWidgetArea.RightDockWidgetArea)
 
         # --- status bar: the state, large, in its colour
@@ -144,6 +148,32 @@ class MainWindow(QtWidgets.QMainWindow):
         )
         self.addDockWidget(area, dock)
         return dock
+
+    def _splitter_moved(self, _pos: int, _index: int) -> None:
+        self._auto_split = False
+
+    def resizeEvent(self, event: QtGui.QResizeEvent) -> None:
+        """Default proportions until the user (or saved settings) chose others.
+
+        The plots get :data:`PLOTS_SHARE` of the centre's height; the debug-draw
+        dock its form's height, the traffic table the rest of the right column.
+        """
+        super().resizeEvent(event)
+        if self._auto_split:
+            total = self.splitter.height() - self.splitter.handleWidth()
+            if total > 0:
+                plots = max(round(total * PLOTS_SHARE), self.plots.minimumHeight())
+                self.splitter.setSizes([total - plots, plots])
+
+    def showEvent(self, event: QtGui.QShowEvent) -> None:
+        super().showEvent(event)
+        if not self._docks_sized:
+            self._docks_sized = True
+            QtCore.QTimer.singleShot(0, self._size_docks)
+
+    def _size_docks(self) -> None:
+        form = int(self.draw_form.rootObject().implicitHeight())
+        self.resizeDocks([self._draw_dock], [form], Qt.Orientation.Vertical)
 
     def _make_actions(self) -> None:
         def act(text: str, keys: str | QtGui.QKeySequence.StandardKey, slot, checkable: bool = False) -> QtGui.QAction:
@@ -178,10 +208,10 @@ class MainWindow(QtWidgets.QMainWindow):
             self.restoreGeometry(geo)
         state = s.value("window/state")
         if isinstance(state, QtCore.QByteArray):
-            self.restoreState(state)
+            self._docks_sized = self.restoreState(state)
         split = s.value("window/splitter")
-        if isinstance(split, QtCore.QByteArray):
-            self.splitter.restoreState(split)
+        if isinstance(split, QtCore.QByteArray) and self.splitter.restoreState(split):
+            self._auto_split = False
         cols = columns if columns is not None else typing.cast(int, s.value("grid/columns", 0, type=int))
         self.grid.columns_spin.setValue(int(cols or 0))
         self._wanted_columns = int(cols or 0)

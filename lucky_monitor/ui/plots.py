@@ -22,6 +22,16 @@ Its cost per refresh is bounded by the screen, not by the run:
   the binning or the colour levels changed.
 * :meth:`PlotsPanel.update_view` does nothing when the history has not
   changed since the last refresh, or while the panel is paused.
+* Axes keep their layout: the left axes have one fixed width (so the three
+  view boxes line up on the shared ``frame_seq`` axis and a longer tick label
+  never re-lays out the plots), and the panel sets the visible ranges itself,
+  only when the data leaves them or shrinks well inside them (see
+  :func:`follow_range`), instead of letting every refresh auto-range.
+
+Where the monitor saw no frames for a while (the engine paused, the monitor
+busy or detached) the curves break: :func:`gap_starts` finds the entries that
+follow such a gap and the panel inserts a NaN point there; the raster leaves
+those columns empty.
 """
 
 from __future__ import annotations
@@ -47,7 +57,11 @@ __all__ = [
     "ExportError",
     "PlotsPanel",
     "RasterDisplay",
+    "align_raster",
     "bin_starts",
+    "break_gaps",
+    "follow_range",
+    "gap_starts",
     "reduce_bins",
 ]
 
@@ -67,6 +81,16 @@ _SAMPLES_TEXT = "values are samples: {n} frames skipped, because {cause}"
 _DEFAULT_CAUSE = "not every frame reaches the 60 Hz poll"
 _MIN_RASTER_BINS = 64
 _TITLE_SIZE = "9pt"
+#: A step between two entries this many times the typical one is a gap (the curves break there).
+GAP_FACTOR = 4.0
+#: Steps shorter than this (seconds) are never a gap, however regular the sampling.
+GAP_MIN_SECONDS = 0.25
+#: Headroom left past the newest entry when the x range moves on (share of the span).
+X_HEADROOM = 0.08
+#: The y range is refitted when the data leaves it or fills less than this share of it.
+Y_MIN_FILL = 0.5
+#: Margin added on both sides of the data when the y range is refitted (share of the data span).
+Y_MARGIN = 0.08
 
 
 class ExportError(LuckyMonitorError):
@@ -128,6 +152,176 @@ def reduce_bins(values: np.ndarray, starts: np.ndarray | None, how: str, axis: i
     if how == "max":
         return np.maximum.reduceat(values, starts, axis=axis)
     raise ValueError(f"unknown reduction {how!r}")
+
+
+def gap_starts(frame_seq: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Indices of the entries that follow a stretch where the monitor saw no frames.
+
+    An entry starts a gap when the step to it from the previous entry is
+    :data:`GAP_FACTOR` times the typical (median) step or more, in
+    ``frame_seq`` (frames skipped: the monitor was busy or the engine ran
+    ahead) or in time (the engine paused, the monitor detached), and the time
+    step is at least :data:`GAP_MIN_SECONDS`.
+
+    Parameters
+    ----------
+    frame_seq : numpy.ndarray
+        Increasing ``frame_seq`` of the entries.
+    t : numpy.ndarray
+        Their poll times (seconds, non-decreasing).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``intp`` indices ``i >= 1``, ascending.
+    """
+    if frame_seq.shape[0] < 3:
+        return np.empty(0, np.intp)
+    d_seq = np.diff(frame_seq).astype(np.float64)
+    d_t = np.diff(t).astype(np.float64)
+    typical_seq = float(np.median(d_seq))
+    typical_t = float(np.median(d_t))
+    far = (d_seq >= GAP_FACTOR * max(typical_seq, 1.0)) | (d_t >= GAP_FACTOR * typical_t)
+    far &= d_t >= GAP_MIN_SECONDS
+    return (np.flatnonzero(far) + 1).astype(np.intp)
+
+
+def break_gaps(x: np.ndarray, columns: list[np.ndarray], starts: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Insert one NaN point before each gap so that the curves break there.
+
+    The inserted point's x is the middle of the gap (x stays finite and
+    increasing); every column gets NaN.
+
+    Returns
+    -------
+    x : numpy.ndarray
+        float64, ``len(starts)`` longer.
+    columns : list of numpy.ndarray
+        float64, likewise.
+    """
+    if starts.shape[0] == 0:
+        return x, columns
+    mid = (x[starts - 1] + x[starts]) / 2.0
+    x_out = np.insert(x.astype(np.float64), starts, mid)
+    return x_out, [np.insert(c.astype(np.float64), starts, np.nan) for c in columns]
+
+
+def align_raster(
+    frame_seq: np.ndarray, rows: np.ndarray, max_columns: int, gaps: np.ndarray | None = None
+) -> tuple[np.ndarray, float, float]:
+    """Lay raster rows out on a uniform ``frame_seq`` axis.
+
+    Column ``c`` covers ``step`` frames from ``frame_seq[0] + c * step``
+    (``step`` = 1 when the span fits in ``max_columns``) and shows the newest
+    row at or before the column's last frame (sample and hold), so the image
+    lines up with curves drawn against ``frame_seq`` however irregular the
+    sampling. Columns inside a gap (after the row before an entry listed in
+    ``gaps``) are NaN, which draws as transparent.
+
+    Parameters
+    ----------
+    frame_seq : numpy.ndarray
+        Increasing ``frame_seq`` of each row.
+    rows : numpy.ndarray
+        ``(len(frame_seq), bins)`` values.
+    max_columns : int
+        Most columns wanted (the plot's width in pixels).
+    gaps : numpy.ndarray or None, optional
+        Row indices that follow a gap (see :func:`gap_starts`).
+
+    Returns
+    -------
+    image : numpy.ndarray
+        float32 ``(columns, bins)``; ``rows`` itself when the rows are one
+        frame apart and fit.
+    x0, x1 : float
+        The image's left and right edges in ``frame_seq`` (frame centres
+        ± 0.5).
+    """
+    first, last = int(frame_seq[0]), int(frame_seq[-1])
+    span = last - first + 1
+    x0 = first - 0.5
+    if span == frame_seq.shape[0] and span <= max_columns:
+        return rows, x0, last + 0.5
+    step = max(1, math.ceil(span / max(int(max_columns), 1)))
+    columns = math.ceil(span / step)
+    ends = first + (np.arange(columns, dtype=np.int64) + 1) * step - 1
+    held = np.searchsorted(frame_seq, ends, side="right") - 1
+    image = rows[held].astype(np.float32, copy=False)
+    if gaps is not None and gaps.shape[0]:
+        after = np.zeros(frame_seq.shape[0] + 1, bool)
+        after[gaps - 1] = True  # the row before a gap: columns past it are empty
+        starts = first + np.arange(columns, dtype=np.int64) * step
+        empty = after[held] & (starts > frame_seq[held])
+        image[empty] = np.nan  # a fancy-indexed copy: rows are untouched
+    return image, x0, x0 + columns * step
+
+
+def follow_range(
+    current: tuple[float, float] | None, low: float, high: float, *, floor: float | None = None
+) -> tuple[float, float] | None:
+    """A new y range for data spanning ``low``…``high``, or None to keep ``current``.
+
+    The range moves only when the data leaves it or fills less than
+    :data:`Y_MIN_FILL` of it, so a plot whose values wobble inside its range
+    keeps its axis (no new tick labels, no re-layout).
+
+    Parameters
+    ----------
+    current : tuple of float or None
+        The range shown now (None: none set yet).
+    low, high : float
+        The data's extent (NaN when there is none).
+    floor : float or None, optional
+        A lower bound the range never goes below (0 for counts).
+    """
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None
+    if current is not None:
+        lo, hi = current
+        if lo <= low and high <= hi and (high - low) >= Y_MIN_FILL * (hi - lo):
+            return None
+    span = high - low
+    margin = Y_MARGIN * span if span > 0 else max(abs(high) * 0.1, 0.5)
+    new_low, new_high = low - margin, high + margin
+    if floor is not None:
+        new_low = max(new_low, floor)
+        new_high = max(new_high, floor + 1.0)
+    if current is not None and current == (new_low, new_high):
+        return None
+    return (new_low, new_high)
+
+
+class LegendRow(pg.LegendItem):
+    """A legend laid out as its own row of the plot layout, above its plot (never over the data)."""
+
+    def __init__(self, columns: int, indent: float) -> None:
+        super().__init__(colCount=columns, horSpacing=12, verSpacing=-6, labelTextSize="8pt")
+        self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Fixed, QtWidgets.QSizePolicy.Policy.Fixed)
+        self.layout.setContentsMargins(indent, 0, 0, 0)  # starts where the data does, right of the axis
+
+    def updateSize(self) -> None:
+        """Ask the owning layout for room instead of resizing in place."""
+        self.updateGeometry()
+
+
+class ElidedLabel(QtWidgets.QLabel):
+    """One line of text, elided at the right when narrower than the text; the whole text is its tooltip."""
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self.setToolTip(text)
+
+    def minimumSizeHint(self) -> QtCore.QSize:
+        hint = super().minimumSizeHint()
+        return QtCore.QSize(0, hint.height())
+
+    def paintEvent(self, event: QtGui.QPaintEvent) -> None:
+        painter = QtGui.QPainter(self)
+        rect = self.contentsRect()
+        text = self.fontMetrics().elidedText(self.text(), QtCore.Qt.TextElideMode.ElideRight, rect.width())
+        painter.setPen(self.palette().color(QtGui.QPalette.ColorRole.WindowText))
+        painter.drawText(rect, int(self.alignment()), text)
 
 
 class RasterDisplay:
@@ -214,12 +408,21 @@ class RasterDisplay:
         frame_seq : numpy.ndarray
             int64 frame of each row.
         """
+        rows, seq, _ = self.window(seconds)
+        return rows, seq
+
+    def window(self, seconds: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Like :meth:`image`, plus the poll time of each row (float64 seconds)."""
         held = min(self._count, self._ring.shape[0])
         m = held
         if seconds is not None and held:
             newest = self._t[(self._count - 1) % self._ring.shape[0]]
             m = ring_count_since(self._t, held, self._count, newest - seconds)
-        return ring_tail(self._ring, m, self._count), ring_tail(self._seq, m, self._count)
+        return (
+            ring_tail(self._ring, m, self._count),
+            ring_tail(self._seq, m, self._count),
+            ring_tail(self._t, m, self._count),
+        )
 
 
 class BandFill(pg.FillBetweenItem):
@@ -314,11 +517,50 @@ class PlotsPanel(QtWidgets.QWidget):
     def _build_plots(self) -> None:
         self.graphics = pg.GraphicsLayoutWidget()
         ci = self.graphics.ci
+        ci.setContentsMargins(2, 2, 2, 2)
+        ci.layout.setVerticalSpacing(0)
+        tick_font = QtGui.QFont(self.font())
+        tick_font.setPointSizeF(8.0)
+        metrics = QtGui.QFontMetrics(tick_font)
+        # One fixed width for the three left axes: the view boxes line up on the shared
+        # frame_seq axis, and a wider tick label never re-lays out the plots.
+        axis_width = metrics.horizontalAdvance("-88888.8") + metrics.height() + 10
 
-        # Small titles and one frame_seq label (on the raster): the plots keep their height in a small window.
-        self.reward_plot = ci.addPlot(row=0, col=0)
+        # Rows: legend, reward plot, legend, counts plot, raster plot (+ its colour bar in column 1).
+        # Legends are rows of their own, above their plot: never over the data.
+        self.legend = LegendRow(6, axis_width)
+        self.counts_legend = LegendRow(6, axis_width)
+        ci.addItem(self.legend, row=0, col=0)
+        self.reward_plot = ci.addPlot(row=1, col=0)
+        ci.addItem(self.counts_legend, row=2, col=0)
+        for legend in (self.legend, self.counts_legend):
+            ci.layout.setAlignment(legend, QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignVCenter)
+        self.counts_plot = ci.addPlot(row=3, col=0)
+        self.raster_plot = ci.addPlot(row=4, col=0)
         self.reward_plot.setLabel("left", "reward")
-        self.legend = self.reward_plot.addLegend(offset=(-10, 4), brush=(0, 0, 0, 150), colCount=4)
+        self.counts_plot.setLabel("left", "envs ended")
+        self.raster_plot.setLabel("left", "env")
+        self.raster_plot.setLabel("bottom", "frame_seq")
+        self.raster_plot.setTitle("reward raster", size=_TITLE_SIZE)
+        # One x axis, frame_seq, shown once under the raster; the panel sets the ranges (see follow_range).
+        for plot in (self.reward_plot, self.counts_plot, self.raster_plot):
+            if plot is not self.reward_plot:
+                plot.setXLink(self.reward_plot)
+            if plot is not self.raster_plot:
+                plot.hideAxis("bottom")
+            for side in ("left", "bottom"):
+                axis = plot.getAxis(side)
+                axis.enableAutoSIPrefix(False)  # rewards read as rewards, not "x0.001"
+                axis.setStyle(tickFont=tick_font, autoExpandTextSpace=False)
+            plot.getAxis("left").setWidth(axis_width)
+            plot.getAxis("bottom").setHeight(metrics.height() * 2 + 8)
+            plot.getViewBox().disableAutoRange()
+        self._owned: dict[tuple[int, int], tuple[float, float] | None] = {}
+        for box in self._boxes():
+            self._owned[(id(box), 1)] = None
+            box.sigRangeChangedManually.connect(lambda mask, box=box: self._user_moved(box, mask))
+        self._owned[(id(self.reward_plot.getViewBox()), 0)] = None
+
         band_pen = pg.mkPen(pal.rgba(pal.BAND, 140), width=1)
         self.band_low = pg.PlotDataItem(pen=band_pen)
         self.band_high = pg.PlotDataItem(pen=band_pen, name=BAND_MODES[0][1])
@@ -328,11 +570,9 @@ class PlotsPanel(QtWidgets.QWidget):
         self.reward_plot.addItem(self.band_high)
         self.mean_curve = pg.PlotDataItem(pen=pg.mkPen(pal.MEAN, width=2), name="mean")
         self.reward_plot.addItem(self.mean_curve)
+        self.legend.addItem(self.band_high, BAND_MODES[0][1])
+        self.legend.addItem(self.mean_curve, "mean")
 
-        self.counts_plot = ci.addPlot(row=1, col=0)
-        self.counts_plot.setLabel("left", "envs ended")
-        self.counts_plot.setXLink(self.reward_plot)
-        self.counts_plot.addLegend(offset=(-10, 4), brush=(0, 0, 0, 150), colCount=2)
         self.dones_curve = pg.PlotDataItem(
             pen=pg.mkPen(pal.DONES, width=1),
             brush=pal.rgba(pal.DONES, 90),
@@ -343,23 +583,23 @@ class PlotsPanel(QtWidgets.QWidget):
         self.truncs_curve = pg.PlotDataItem(pen=pg.mkPen(pal.TRUNCATEDS, width=1), stepMode="right", name="truncateds")
         self.counts_plot.addItem(self.dones_curve)
         self.counts_plot.addItem(self.truncs_curve)
+        self.counts_legend.addItem(self.dones_curve, "dones")
+        self.counts_legend.addItem(self.truncs_curve, "truncateds")
 
-        self.raster_plot = ci.addPlot(row=2, col=0)
-        self.raster_plot.setTitle("reward raster", size=_TITLE_SIZE)
-        self.raster_plot.setLabel("left", "env")
-        self.raster_plot.setLabel("bottom", "frame_seq")
-        for plot in (self.reward_plot, self.counts_plot, self.raster_plot):
-            for side in ("left", "bottom"):
-                plot.getAxis(side).enableAutoSIPrefix(False)  # rewards read as rewards, not "x0.001"
         self.raster_image = pg.ImageItem(axisOrder="col-major")
         self.raster_plot.addItem(self.raster_image)
-        self.colorbar = pg.ColorBarItem(colorMap=pg.colormap.get("viridis"), interactive=True, rounding=1e-6)
-        self.colorbar.setImageItem(self.raster_image, insert_in=self.raster_plot)
+        self.colorbar = pg.ColorBarItem(colorMap=pg.colormap.get("viridis"), interactive=True, rounding=1e-6, width=14)
+        self.colorbar.setImageItem(self.raster_image)
+        self.colorbar.axis.setStyle(tickFont=tick_font, autoExpandTextSpace=False)
+        self.colorbar.axis.setWidth(metrics.horizontalAdvance("-8888.88") + 8)
+        # The bar spans the raster's view box only: room for the raster's title above, its axis below.
+        self.colorbar.layout.setContentsMargins(0, metrics.height() + 8, 0, metrics.height() * 2 + 8)
+        ci.addItem(self.colorbar, row=4, col=1)
         self.colorbar.sigLevelsChangeFinished.connect(self._levels_dragged)
+        self.colorbar.sigLevelsChanged.connect(lambda _bar: self._label_colorbar())
 
-        ci.layout.setRowStretchFactor(0, 3)
-        ci.layout.setRowStretchFactor(1, 1)
-        ci.layout.setRowStretchFactor(2, 2)
+        for row, stretch in ((1, 5), (3, 5), (4, 8)):
+            ci.layout.setRowStretchFactor(row, stretch)
         # The panel reduces and clips the data itself (see the module notes). pyqtgraph's
         # clipToView would clip to the range of the previous frame, which lags one frame
         # behind new data on the linked counts plot, and auto-downsampling would tear the band.
@@ -367,47 +607,58 @@ class PlotsPanel(QtWidgets.QWidget):
             item.setDownsampling(auto=False)
             item.setClipToView(False)
 
+    def _boxes(self) -> tuple[pg.ViewBox, ...]:
+        return tuple(plot.getViewBox() for plot in (self.reward_plot, self.counts_plot, self.raster_plot))
+
     def _build_controls(self) -> None:
         self._controls = QtWidgets.QHBoxLayout()
+        self._controls.setSpacing(4)
         self.window_box = QtWidgets.QComboBox()
+        self.window_box.setToolTip("time window shown")
         for label, seconds in WINDOW_CHOICES:
             self.window_box.addItem(label, seconds)
         self.window_box.setCurrentIndex(2)
         self.window_box.currentIndexChanged.connect(self._window_changed)
-        self.pause_button = QtWidgets.QPushButton("Pause")
+        self.pause_button = QtWidgets.QToolButton()
+        self.pause_button.setText("Pause")
+        self.pause_button.setToolTip("freeze the plots (the history keeps recording)")
         self.pause_button.setCheckable(True)
         self.pause_button.toggled.connect(self.set_paused)
         self.band_box = QtWidgets.QComboBox()
+        self.band_box.setToolTip("band drawn around the mean reward")
         for key, label in BAND_MODES:
             self.band_box.addItem(label, key)
         self.band_box.currentIndexChanged.connect(self._band_changed)
         self.band_box.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToContents)
-        self.band_box.setMinimumContentsLength(7)
-        self.auto_levels_box = QtWidgets.QCheckBox("auto")
+        self.auto_levels_box = QtWidgets.QCheckBox("auto colours")
         self.auto_levels_box.setToolTip("scale the raster's colours to the rewards in view")
         self.auto_levels_box.setChecked(True)
         self.auto_levels_box.toggled.connect(self._auto_levels_toggled)
-        self.csv_button = QtWidgets.QPushButton("CSV…")
+        self.csv_button = QtWidgets.QToolButton()
+        self.csv_button.setText("CSV…")
         self.csv_button.setToolTip("export the plotted series as CSV")
         self.csv_button.clicked.connect(self._export_csv_clicked)
-        self.png_button = QtWidgets.QPushButton("PNG…")
+        self.png_button = QtWidgets.QToolButton()
+        self.png_button.setText("PNG…")
         self.png_button.setToolTip("export the plots as a PNG image")
         self.png_button.clicked.connect(self._export_png_clicked)
-        self.status_label = QtWidgets.QLabel("")
-        self.samples_label = QtWidgets.QLabel("")
-        self.samples_label.setWordWrap(True)
+        self.status_label = ElidedLabel("")
+        # One line, its room kept while hidden: the note coming and going never re-lays out the plots.
+        self.samples_label = ElidedLabel("")
         self.samples_label.setStyleSheet(f"color: {pal.WARN};")
+        policy = self.samples_label.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)
+        self.samples_label.setSizePolicy(policy)
         self.samples_label.setVisible(False)
         for widget in (
-            QtWidgets.QLabel("window"),
             self.window_box,
             self.pause_button,
-            QtWidgets.QLabel("band"),
             self.band_box,
             self.auto_levels_box,
             self.csv_button,
             self.png_button,
         ):
+            widget.setSizePolicy(QtWidgets.QSizePolicy.Policy.Fixed, QtWidgets.QSizePolicy.Policy.Fixed)
             self._controls.addWidget(widget)
         self._controls.addWidget(self.status_label, 1)
 
@@ -493,11 +744,79 @@ class PlotsPanel(QtWidgets.QWidget):
         height = int(self.raster_plot.getViewBox().height())
         return max(height, _MIN_RASTER_BINS)
 
-    def _x_span(self) -> tuple[float, float] | None:
+    # ---------------------------------------------------------------- ranges
+    def _following(self, box: pg.ViewBox, axis: int) -> bool:
+        """True while the panel owns this range: the user has not zoomed or panned it.
+
+        The "A" button (pyqtgraph's auto-range) hands the range back to the panel.
+        """
+        key = (id(box), axis)
+        if box.autoRangeEnabled()[axis]:
+            box.enableAutoRange(axis=axis, enable=False)
+            self._owned[key] = None
+            return True
+        if key not in self._owned:
+            return False
+        owned = self._owned[key]
+        if owned is None:
+            return True
+        low, high = box.viewRange()[axis]
+        tol = 1e-9 * max(abs(owned[1] - owned[0]), 1.0)
+        if abs(low - owned[0]) <= tol and abs(high - owned[1]) <= tol:
+            return True
+        del self._owned[key]  # the user moved it: theirs until they press "A"
+        return False
+
+    def _x_following(self) -> bool:
+        """The shared x range: owned through the reward box, which the other two follow."""
+        master = self.reward_plot.getViewBox()
+        boxes = self._boxes()
+        if any(box.autoRangeEnabled()[0] for box in boxes):
+            for box in boxes:
+                box.enableAutoRange(axis=0, enable=False)
+            self._owned[(id(master), 0)] = None
+            return True
+        return self._following(master, 0)
+
+    def _user_moved(self, box: pg.ViewBox, mask: object) -> None:
+        """A mouse zoom or pan: that range (x is shared) is the user's until they press "A"."""
+        flags = mask if isinstance(mask, list | tuple) else (True, True)
+        if flags[0]:
+            self._owned.pop((id(self.reward_plot.getViewBox()), 0), None)
+        if len(flags) > 1 and flags[1]:
+            self._owned.pop((id(box), 1), None)
+
+    def _set_range(self, box: pg.ViewBox, axis: int, wanted: tuple[float, float]) -> None:
+        if axis == 0:
+            box.setXRange(*wanted, padding=0)
+        else:
+            box.setYRange(*wanted, padding=0)
+        low, high = box.viewRange()[axis]
+        self._owned[(id(box), axis)] = (float(low), float(high))
+
+    def _follow_x(self, view: HistoryView) -> None:
+        if not len(view) or not self._x_following():
+            return
+        x0, x1 = float(view.frame_seq[0]), float(view.frame_seq[-1])
         box = self.reward_plot.getViewBox()
-        if box.autoRangeEnabled()[0]:
+        current = self._owned.get((id(box), 0))
+        if current is not None:
+            lo, hi = current
+            if lo <= x0 - 0.5 and x1 + 0.5 <= hi and (x1 - x0 + 1) >= Y_MIN_FILL * (hi - lo):
+                return
+        self._set_range(box, 0, (x0 - 0.5, x1 + 0.5 + X_HEADROOM * max(x1 - x0, 10.0)))
+
+    def _follow_y(self, box: pg.ViewBox, low: float, high: float, floor: float | None = None) -> None:
+        if not self._following(box, 1):
+            return
+        wanted = follow_range(self._owned.get((id(box), 1)), low, high, floor=floor)
+        if wanted is not None:
+            self._set_range(box, 1, wanted)
+
+    def _x_span(self) -> tuple[float, float] | None:
+        if self._x_following():
             return None
-        low, high = box.viewRange()[0]
+        low, high = self.reward_plot.getViewBox().viewRange()[0]
         return (float(low), float(high))
 
     def update_view(self) -> bool:
@@ -537,9 +856,10 @@ class PlotsPanel(QtWidgets.QWidget):
         self._last_key = key
         view = history.window(self._seconds, raster=False)
         self._view = view
+        self._follow_x(view)
         self._draw_curves(view, target, span)
         self._curve_key = curve_key
-        self._draw_raster(history, bins)
+        self._draw_raster(history, bins, target)
         self._draw_samples(history)
         self._last_update_seconds = time.perf_counter() - started
         return True
@@ -551,18 +871,41 @@ class PlotsPanel(QtWidgets.QWidget):
             first = max(int(np.searchsorted(x, span[0], side="left")) - 1, 0)
             last = min(int(np.searchsorted(x, span[1], side="right")) + 1, x.shape[0])
         part = slice(first, last)
-        starts = bin_starts(last - first, target)
-        xs = reduce_bins(x[part], starts, "mean")
         low_src, high_src = (view.p10, view.p90) if self._band == "percentile" else (view.min, view.max)
-        self.mean_curve.setData(xs, reduce_bins(view.mean[part], starts, "mean"))
-        self.band_low.setData(xs, reduce_bins(low_src[part], starts, "min"))
-        self.band_high.setData(xs, reduce_bins(high_src[part], starts, "max"))
+        envs = tuple(view.selected)
+        series = [view.mean, low_src, high_src, view.done_count, view.trunc_count]
+        series += [view.selected[env] for env in envs]
+        columns = [c[part] for c in series]
+        xs = x[part]
+        gaps = gap_starts(view.frame_seq[part], view.t[part])
+        xs, columns = break_gaps(xs, columns, gaps)
+        starts = bin_starts(xs.shape[0], target)
+        xs = reduce_bins(xs, starts, "mean")
+        mean = reduce_bins(columns[0], starts, "mean")
+        low = reduce_bins(columns[1], starts, "min")
+        high = reduce_bins(columns[2], starts, "max")
+        dones = reduce_bins(columns[3], starts, "max")
+        truncs = reduce_bins(columns[4], starts, "max")
+        self.mean_curve.setData(xs, mean, connect="finite")
+        self.band_low.setData(xs, low, connect="finite")
+        self.band_high.setData(xs, high, connect="finite")
         self.band_fill.updatePath()
-        self.dones_curve.setData(xs, reduce_bins(view.done_count[part], starts, "max"))
-        self.truncs_curve.setData(xs, reduce_bins(view.trunc_count[part], starts, "max"))
-        self._sync_selected_curves(tuple(view.selected))
-        for env, series in view.selected.items():
-            self._selected_curves[env].setData(xs, reduce_bins(series[part], starts, "mean"))
+        self.dones_curve.setData(xs, dones, connect="finite")
+        self.truncs_curve.setData(xs, truncs, connect="finite")
+        self._sync_selected_curves(envs)
+        extent = [low, high, mean]
+        for env, values in zip(envs, columns[5:], strict=True):
+            reduced = reduce_bins(values, starts, "mean")
+            self._selected_curves[env].setData(xs, reduced, connect="finite")
+            extent.append(reduced)
+        if self._paused or not xs.shape[0]:
+            return
+        with np.errstate(all="ignore"):
+            y_low = min(float(np.fmin.reduce(e)) if e.shape[0] else math.nan for e in extent)
+            y_high = max(float(np.fmax.reduce(e)) if e.shape[0] else math.nan for e in extent)
+            count_high = max(float(np.fmax.reduce(dones)), float(np.fmax.reduce(truncs)))
+        self._follow_y(self.reward_plot.getViewBox(), y_low, y_high)
+        self._follow_y(self.counts_plot.getViewBox(), 0.0, count_high, floor=0.0)
 
     def _sync_selected_curves(self, envs: tuple[int, ...]) -> None:
         if tuple(self._selected_curves) == envs:
@@ -577,18 +920,25 @@ class PlotsPanel(QtWidgets.QWidget):
             curve.setDownsampling(auto=False)
             curve.setClipToView(False)
             self.reward_plot.addItem(curve)
+            self.legend.addItem(curve, f"env {env}")
             self._selected_curves[env] = curve
 
-    def _draw_raster(self, history: History, bins: int) -> None:
+    def _draw_raster(self, history: History, bins: int, columns: int) -> None:
         self._raster.sync(history, bins)
-        shown = (self._raster.version, self._seconds, self._auto_levels)
+        shown = (self._raster.version, self._seconds, self._auto_levels, columns)
         if shown == self._raster_shown:
             return
         self._raster_shown = shown
-        image, seq = self._raster.image(self._seconds)
-        if image.shape[0] == 0:
+        rows, seq, t = self._raster.window(self._seconds)
+        raster_box = self.raster_plot.getViewBox()
+        if self._following(raster_box, 1):
+            wanted = (0.0, float(history.num_envs))
+            if self._owned.get((id(raster_box), 1)) != wanted:
+                self._set_range(raster_box, 1, wanted)
+        if rows.shape[0] == 0:
             self.raster_image.clear()
             return
+        image, x0, x1 = align_raster(seq, rows, columns, gap_starts(seq, t))
         if self._auto_levels:
             low = float(np.fmin.reduce(image, axis=None))
             high = float(np.fmax.reduce(image, axis=None))
@@ -597,14 +947,24 @@ class PlotsPanel(QtWidgets.QWidget):
             if high <= low:
                 low, high = low - 0.5, high + 0.5
             self.colorbar.setLevels((low, high))
+        self._label_colorbar()
         self.raster_image.setImage(image, autoLevels=False, levels=self.colorbar.levels())
-        x0 = float(seq[0]) - 0.5
-        self.raster_image.setRect(QtCore.QRectF(x0, 0.0, float(seq[-1]) + 0.5 - x0, float(history.num_envs)))
-        title = f"reward raster (last {image.shape[0]} frames"
-        title += ")" if self._raster.group == 1 else f", {self._raster.group} envs per row)"
+        self.raster_image.setRect(QtCore.QRectF(x0, 0.0, x1 - x0, float(history.num_envs)))
+        title = f"reward raster · last {rows.shape[0]} samples"
+        if self._raster.group > 1:
+            title += f" · {self._raster.group} envs per row"
         if title != self._raster_title:  # setTitle re-lays out HTML: only on change
             self._raster_title = title
             self.raster_plot.setTitle(title, size=_TITLE_SIZE)
+
+    def _label_colorbar(self) -> None:
+        """Three labels on the colour bar (low, middle, high): legible however short the raster is."""
+        low, high = (float(v) for v in self.colorbar.levels())
+        if (low, high) == getattr(self, "_colorbar_labelled", None):
+            return
+        self._colorbar_labelled = (low, high)
+        ticks = [(v, f"{v:.3g}") for v in (low, (low + high) / 2, high)]
+        self.colorbar.axis.setTicks([ticks, []])
 
     def set_sampling_cause(self, cause: str) -> None:
         """Why frames are skipped, as the amber note says it (the window knows: engine or monitor)."""

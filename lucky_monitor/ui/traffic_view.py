@@ -25,7 +25,46 @@ from ..core.traffic import TrafficEntry
 from . import palette as pal
 
 COLUMNS = ("time", "direction", "method", "correlation", "bytes", "latency", "error")
+#: Header texts, compact so that all columns fit the dock's default width (the full names are tooltips).
+HEADERS = ("time", "dir", "method", "corr", "bytes", "lat ms", "err")
+_HEADER_TIPS = (
+    "time: seconds since the first entry",
+    "direction: T trainer, E engine, M this monitor (T→E: trainer to engine)",
+    "method",
+    "correlation id in hex (a 64-bit id as high:low halves)",
+    "payload bytes",
+    "latency: request → response, in milliseconds, from the producers' sent_ns stamps",
+    "error",
+)
 UNKNOWN_LATENCY = "unknown"
+#: Compact direction texts (the full one, e.g. "engine → monitor", is the cell's tooltip).
+SHORT_DIRECTIONS = {
+    ("main", "c2s"): "T→E",
+    ("main", "s2c"): "E→T",
+    ("tools", "c2s"): "M→E",
+    ("tools", "s2c"): "E→M",
+}
+#: The widest text each fixed column must show whole: its width comes from the font.
+_WIDEST = {0: "8888.8", 1: "M→E", 3: "8888:88", 4: "88888", 5: UNKNOWN_LATENCY, 6: "err"}
+
+
+def correlation_text(cid: int) -> str:
+    """A correlation id, compact: hex, and a 64-bit id as ``high:low`` (32 bits each, hex).
+
+    Producers often put a prefix (the reference trainer: its pid) in the high
+    half and count in the low half, so ``3039:1a`` reads as "client 0x3039,
+    request 0x1a" where the decimal would be 13 digits.
+    """
+    high, low = cid >> 32, cid & 0xFFFFFFFF
+    return f"{high:x}:{low:x}" if high else f"{low:x}"
+
+
+class _ElideLeft(QtWidgets.QStyledItemDelegate):
+    """Elides at the left: a long correlation id keeps its low digits, the ones that differ."""
+
+    def initStyleOption(self, option: QtWidgets.QStyleOptionViewItem, index) -> None:  # type: ignore[override]
+        super().initStyleOption(option, index)
+        option.textElideMode = Qt.TextElideMode.ElideLeft  # type: ignore[attr-defined]
 
 
 class TrafficModel(QtCore.QAbstractTableModel):
@@ -52,8 +91,11 @@ class TrafficModel(QtCore.QAbstractTableModel):
         return 0 if parent.isValid() else len(COLUMNS)
 
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
-            return COLUMNS[section]
+        if orientation == Qt.Orientation.Horizontal:
+            if role == Qt.ItemDataRole.DisplayRole:
+                return HEADERS[section]
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return _HEADER_TIPS[section]
         return None
 
     def entry(self, row: int) -> TrafficEntry:
@@ -66,23 +108,38 @@ class TrafficModel(QtCore.QAbstractTableModel):
         col = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
             if col == 0:
-                return f"{e.t - self._t0:9.3f}"
+                return f"{e.t - self._t0:.1f}"
             if col == 1:
-                return e.arrow
+                return SHORT_DIRECTIONS[(e.pair, e.direction)]
             if col == 2:
                 return e.method
             if col == 3:
-                return f"{e.correlation_id:#x}"
+                return correlation_text(e.correlation_id)
             if col == 4:
                 return str(e.size)
             if col == 5:
                 if e.latency_s is not None:
-                    return ms_text(e.latency_s, 3)
+                    return f"{e.latency_s * 1e3:.3f}"
                 return UNKNOWN_LATENCY if e.unknown_latency else ""
             if col == 6:
                 return e.error or ""
-        if role == Qt.ItemDataRole.ToolTipRole and col == 5 and e.latency_s is None and e.unknown_latency:
-            return f"latency unknown: {e.unknown_latency}"
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if col == 5 and e.latency_s is None and e.unknown_latency:
+                return f"latency unknown: {e.unknown_latency}"
+            if col == 0:
+                return f"{e.t - self._t0:.3f} s after the first entry"
+            if col == 1:
+                return f"{e.arrow} ({e.pair} ring)"
+            if col == 5 and e.latency_s is not None:
+                return ms_text(e.latency_s, 3)
+            if col == 2:
+                return e.method
+            if col == 3:
+                return (
+                    f"correlation id {e.correlation_id} ({e.correlation_id:#x}; shown as high:low 32-bit halves in hex)"
+                )
+            if col == 6 and e.error:
+                return e.error
         if role == Qt.ItemDataRole.ForegroundRole and e.error:
             return self._error_brush
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (0, 3, 4, 5):
@@ -113,10 +170,29 @@ class TrafficView(QtWidgets.QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setAlternatingRowColors(True)
+        # Every column visible at the dock's default width: compact texts, widths from the font,
+        # the method column takes what is left and elides in the middle (Req/Resp stays readable).
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.table.setWordWrap(False)
+        font = QtGui.QFont(self.table.font())
+        font.setPointSizeF(max(font.pointSizeF() * 0.9, 8.0))  # a dense table: one step below the window's text
+        self.table.setFont(font)
+        metrics = self.table.fontMetrics()
+        self.table.verticalHeader().setDefaultSectionSize(metrics.height() + 6)
         hh = self.table.horizontalHeader()
-        hh.setStretchLastSection(True)
-        for col, width in enumerate((80, 140, 190, 150, 60, 80)):
-            self.table.setColumnWidth(col, width)
+        hh.setMinimumSectionSize(metrics.horizontalAdvance("888") + 6)
+        hh.setHighlightSections(False)
+        for col in range(len(COLUMNS)):
+            if col == 2:
+                hh.setSectionResizeMode(col, QtWidgets.QHeaderView.ResizeMode.Stretch)
+                continue
+            hh.setSectionResizeMode(col, QtWidgets.QHeaderView.ResizeMode.Interactive)
+            text = max(_WIDEST[col], HEADERS[col], key=metrics.horizontalAdvance)
+            self.table.setColumnWidth(col, metrics.horizontalAdvance(text) + 7)
+        hh.setStretchLastSection(False)
+        self._elide_left = _ElideLeft(self.table)
+        self.table.setItemDelegateForColumn(3, self._elide_left)
         self.filter_edit = QtWidgets.QLineEdit()
         self.filter_edit.setPlaceholderText("filter by method, e.g. Draw")
         self.filter_edit.setClearButtonEnabled(True)
@@ -130,7 +206,7 @@ class TrafficView(QtWidgets.QWidget):
         top.addWidget(self.filter_edit, 1)
         top.addWidget(self.follow_check)
         lay = QtWidgets.QVBoxLayout(self)
-        lay.setContentsMargins(4, 4, 4, 4)
+        lay.setContentsMargins(2, 4, 2, 4)
         lay.addLayout(top)
         lay.addWidget(self.table, 1)
         lay.addWidget(self.stats_label)

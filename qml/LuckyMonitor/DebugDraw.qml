@@ -10,7 +10,7 @@ DarkPane {
     id: root
     objectName: "debugDraw"
     implicitWidth: 380
-    implicitHeight: 460
+    implicitHeight: formColumn.implicitHeight + 24
 
     // lucky_monitor.ui.backend.MonitorBackend, given when the view is created
     required property MonitorBackend backend
@@ -34,6 +34,7 @@ DarkPane {
     }
 
     ColumnLayout {
+        id: formColumn
         anchors.fill: parent
         anchors.margins: 12
         spacing: 8

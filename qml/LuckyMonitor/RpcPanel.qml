@@ -95,6 +95,42 @@ DarkPane {
                 ToolTip.delay: 600
             }
 
+            // ------------------------------------------------------ sim mode
+            // Near the top: the one control of the panel used often, visible without scrolling.
+            Section {
+                title: "Simulation"
+                RowLayout {
+                    Layout.fillWidth: true
+                    spacing: 8
+                    Label {
+                        text: "mode"
+                        color: Theme.dim
+                        Layout.preferredWidth: Theme.keyWidth
+                    }
+                    ComboBox {
+                        id: simCombo
+                        objectName: "simMode"
+                        Layout.fillWidth: true
+                        model: root.backend.simModeNames
+                        currentIndex: root.backend.simMode
+                        enabled: root.backend.toolsAvailable && !root.backend.simModePending
+                        onActivated: (index) => {
+                            root.backend.setSimMode(index)
+                            currentIndex = Qt.binding(() => root.backend.simMode)
+                        }
+                    }
+                }
+                Label {
+                    objectName: "simModeResult"
+                    Layout.fillWidth: true
+                    visible: text !== ""
+                    text: root.backend.simModeResult
+                    color: Theme.resultColor(root.backend.simModeResultKind)
+                    font.pixelSize: Theme.small
+                    elide: Text.ElideRight
+                }
+            }
+
             // ---------------------------------------------------------- facts
             Section {
                 title: "Segment"
@@ -230,39 +266,6 @@ DarkPane {
                 }
             }
 
-            Section {
-                title: "Simulation"
-                RowLayout {
-                    Layout.fillWidth: true
-                    spacing: 8
-                    Label {
-                        text: "mode"
-                        color: Theme.dim
-                        Layout.preferredWidth: Theme.keyWidth
-                    }
-                    ComboBox {
-                        id: simCombo
-                        objectName: "simMode"
-                        Layout.fillWidth: true
-                        model: root.backend.simModeNames
-                        currentIndex: root.backend.simMode
-                        enabled: root.backend.toolsAvailable && !root.backend.simModePending
-                        onActivated: (index) => {
-                            root.backend.setSimMode(index)
-                            currentIndex = Qt.binding(() => root.backend.simMode)
-                        }
-                    }
-                }
-                Label {
-                    objectName: "simModeResult"
-                    Layout.fillWidth: true
-                    visible: text !== ""
-                    text: root.backend.simModeResult
-                    color: Theme.resultColor(root.backend.simModeResultKind)
-                    font.pixelSize: Theme.small
-                    elide: Text.ElideRight
-                }
-            }
         }
     }
 }

@@ -20,6 +20,7 @@ from lucky_monitor.ui.plots import (
     PlotsPanel,
     RasterDisplay,
     bin_starts,
+    gap_starts,
     reduce_bins,
 )
 
@@ -156,13 +157,21 @@ def test_raster_is_binned_to_pixels_at_4096_envs(qtbot) -> None:
     assert len(panel.reward_plot.listDataItems()) == 3 + 8
     assert len(panel.counts_plot.listDataItems()) == 2
 
-    # Incremental update: new rows are reduced and appended, older ones kept.
+    # Incremental update: new rows are reduced and appended, older ones kept. They come
+    # after a gap (frame_seq 100 -> 1000, 8 s unseen): the image is laid out on frame_seq,
+    # each row in its frame's column, and the columns of the gap are empty (NaN).
     feed(history, 5, start_seq=1000, start_t=10.0, seed=1)
     panel.update_view()
-    raster = history.window(None).raster
-    expected = np.add.reduceat(raster.astype(np.float64), np.arange(0, n, group), axis=1)
+    view = history.window(None)
+    expected = np.add.reduceat(view.raster.astype(np.float64), np.arange(0, n, group), axis=1)
     expected /= np.diff(np.append(np.arange(0, n, group), n))
-    np.testing.assert_allclose(panel.raster_image.image, expected, rtol=1e-5, atol=1e-5)
+    image = panel.raster_image.image
+    columns = view.raster_frame_seq - view.raster_frame_seq[0]
+    assert image.shape == (columns[-1] + 1, expected.shape[1])
+    np.testing.assert_allclose(image[columns], expected, rtol=1e-5, atol=1e-5)
+    unseen = np.ones(image.shape[0], bool)
+    unseen[columns] = False
+    assert unseen.sum() == 899 and np.isnan(image[unseen]).all()
 
 
 def test_raster_is_not_uploaded_again_when_nothing_changed(panel: PlotsPanel, monkeypatch) -> None:
@@ -183,7 +192,7 @@ def test_raster_is_not_uploaded_again_when_nothing_changed(panel: PlotsPanel, mo
     assert uploads == []
     feed(panel.history, 1, start_seq=500, start_t=5.0)
     assert panel.update_view()
-    assert uploads == [(51, 16)]
+    assert uploads == [(500, 16)]  # one upload: frames 1…500 on the frame_seq axis, the gap left empty
 
 
 def test_curves_are_reduced_to_the_plot_width(qtbot) -> None:
@@ -252,7 +261,7 @@ def test_pause_freezes_the_display_while_history_records(panel: PlotsPanel) -> N
     frozen_image = panel.raster_image.image.copy()
     panel.pause_button.click()
     assert panel.paused and panel.pause_button.text() == "Resume"
-    feed(history, 25, start_seq=seq, start_t=1.0, seed=5)
+    feed(history, 25, start_seq=seq, start_t=40 / 60, seed=5)
     assert not panel.update_view()
     x, y = curve_xy(panel.mean_curve)
     np.testing.assert_array_equal(x, frozen_x)
@@ -408,3 +417,128 @@ def test_raster_display_tracks_appends_and_wraps() -> None:
     np.testing.assert_array_equal(image[-1], [60.5, 62.5, 64.5])
     image, seq = display.image(1.0)
     assert seq.tolist() == [6, 7]
+
+
+def test_three_plots_share_one_frame_seq_axis(panel: PlotsPanel) -> None:
+    panel.show()
+    feed(panel.history, 200, start_seq=50)
+    panel.update_view()
+    QtWidgets.QApplication.processEvents()
+    reward_box = panel.reward_plot.getViewBox()
+    for plot in (panel.counts_plot, panel.raster_plot):
+        assert plot.getViewBox().linkedView(0) is reward_box
+    rects = [p.getViewBox().sceneBoundingRect() for p in (panel.reward_plot, panel.counts_plot, panel.raster_plot)]
+    assert len({(r.left(), r.width()) for r in rects}) == 1  # the view boxes line up to the pixel
+    ranges = [p.getViewBox().viewRange()[0] for p in (panel.reward_plot, panel.counts_plot, panel.raster_plot)]
+    for other in ranges[1:]:
+        assert other == pytest.approx(ranges[0], abs=1e-9)
+    # The raster sits on the same frame_seq axis: its image spans exactly its rows' frames.
+    rect = panel.raster_image.mapRectToParent(panel.raster_image.boundingRect())
+    assert rect.left() == pytest.approx(130 - 0.5) and rect.right() == pytest.approx(249 + 0.5)  # 120 rows held
+    low, high = ranges[0]
+    assert low <= 49.5 and high >= 249.5
+
+
+def test_legends_sit_outside_the_data(panel: PlotsPanel) -> None:
+    panel.show()
+    panel.history.set_selected([1, 2, 3, 4, 5, 6, 7, 8])
+    feed(panel.history, 100)
+    panel.update_view()
+    QtWidgets.QApplication.processEvents()
+    for legend, plot in ((panel.legend, panel.reward_plot), (panel.counts_legend, panel.counts_plot)):
+        legend_rect = legend.sceneBoundingRect()
+        assert legend_rect.height() > 0 and legend.isVisible()
+        for box in (p.getViewBox() for p in (panel.reward_plot, panel.counts_plot, panel.raster_plot)):
+            assert not legend_rect.intersects(box.sceneBoundingRect()), (legend_rect, box.sceneBoundingRect())
+        assert legend_rect.bottom() <= plot.getViewBox().sceneBoundingRect().top()
+    labels = [label.text for _, label in panel.legend.items]
+    assert labels[:2] == ["p10–p90", "mean"] and "env 8" in labels
+
+
+def test_raster_title_counts_samples_not_frames(panel: PlotsPanel) -> None:
+    seq = feed(panel.history, 30)
+    feed(panel.history, 20, start_seq=seq, start_t=0.5, gap=2)
+    panel.update_view()
+    title = panel.raster_plot.titleLabel.text
+    assert "last 50 samples" in title and "frame" not in title
+    low, high = panel.colorbar.levels()
+    labels = [text for _, text in panel.colorbar.axis._tickLevels[0]]
+    assert labels == [f"{v:.3g}" for v in (low, (low + high) / 2, high)]  # three labels, however short the bar
+
+
+def test_a_gap_breaks_the_curves(panel: PlotsPanel) -> None:
+    history = panel.history
+    seq = feed(history, 60)  # 1 s at 60 Hz, frames 1..60
+    feed(history, 60, start_seq=seq + 300, start_t=3.0)  # nothing seen for 2 s (and 300 frames)
+    panel.update_view()
+    view = history.window(panel.window_seconds, raster=False)
+    x, y = curve_xy(panel.mean_curve)
+    assert x.shape[0] == 121 and np.isnan(y).sum() == 1
+    hole = int(np.flatnonzero(np.isnan(y))[0])
+    assert hole == 60 and x[59] < x[60] < x[61]
+    np.testing.assert_array_equal(np.delete(y, hole), view.mean)
+    for item in (panel.band_low, panel.band_high, panel.dones_curve, panel.truncs_curve):
+        assert np.isnan(curve_xy(item)[1][hole])
+    assert panel.mean_curve.opts["connect"] == "finite"
+    # The band's fill breaks too: two closed runs, not one fill across the hole.
+    assert panel.band_fill.path().toSubpathPolygons().__len__() == 2
+
+
+def test_gap_detection_is_relative_to_the_sampling() -> None:
+    seq = np.arange(1, 101, dtype=np.int64)
+    t = np.arange(100) / 60
+    assert gap_starts(seq, t).shape[0] == 0
+    t_paused = t.copy()
+    t_paused[50:] += 1.0  # engine paused for a second: frame_seq goes on from where it stopped
+    np.testing.assert_array_equal(gap_starts(seq, t_paused), [50])
+    seq_busy = seq.copy()
+    seq_busy[70:] += 40  # the monitor missed 40 frames ...
+    t_busy = t.copy()
+    t_busy[70:] += 0.6  # ... over 0.6 s
+    np.testing.assert_array_equal(gap_starts(seq_busy, t_busy), [70])
+    jitter = np.arange(1, 101) + np.cumsum(np.arange(100) % 3 == 0)  # an engine a bit faster than the poll
+    assert gap_starts(jitter, t).shape[0] == 0
+    slow = np.arange(100) * 0.5  # a slow engine: every step is long, none is a gap
+    assert gap_starts(seq, slow).shape[0] == 0
+
+
+def test_axes_keep_their_layout_while_values_change(panel: PlotsPanel) -> None:
+    panel.show()
+    seq = feed(panel.history, 120)
+    panel.update_view()
+    QtWidgets.QApplication.processEvents()
+    boxes = [p.getViewBox() for p in (panel.reward_plot, panel.counts_plot, panel.raster_plot)]
+    geometry = [b.sceneBoundingRect() for b in boxes]
+    x_range = boxes[0].viewRange()[0]
+    y_range = boxes[0].viewRange()[1]
+    # A few more frames, values inside the range: neither range nor layout moves.
+    seq = feed(panel.history, 3, start_seq=seq, start_t=2.0, seed=3)
+    assert panel.update_view()
+    QtWidgets.QApplication.processEvents()
+    assert boxes[0].viewRange()[0] == x_range and boxes[0].viewRange()[1] == y_range
+    # Rewards a thousand times larger: wider tick labels, a new y range, the same layout.
+    history = panel.history
+    for k in range(60):
+        history.append(
+            seq + k, 3.0 + k / 60, np.full(16, 12345.5 + k, np.float32), np.zeros(16, np.uint8), np.zeros(16, np.uint8)
+        )
+    panel.update_view()
+    QtWidgets.QApplication.processEvents()
+    assert boxes[0].viewRange()[1][1] >= 12345.5 + 59
+    assert [b.sceneBoundingRect() for b in boxes] == geometry
+    # The x range moves on only when the newest frame passes its right edge.
+    assert boxes[0].viewRange()[0][1] >= seq + 59
+
+
+def test_user_zoom_holds_until_auto_range(panel: PlotsPanel) -> None:
+    seq = feed(panel.history, 120)
+    panel.update_view()
+    panel.reward_plot.setXRange(20, 60, padding=0)
+    feed(panel.history, 30, start_seq=seq, start_t=2.0)
+    panel.update_view()
+    assert panel.reward_plot.getViewBox().viewRange()[0] == [20, 60]
+    panel.reward_plot.enableAutoRange()  # the "A" button
+    panel.update_view()
+    low, high = panel.reward_plot.getViewBox().viewRange()[0]
+    assert low <= 1 and high >= 149
+    assert not any(panel.reward_plot.getViewBox().autoRangeEnabled())  # the panel sets the ranges itself

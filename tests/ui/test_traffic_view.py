@@ -48,7 +48,8 @@ def test_latency_column_says_unknown_for_unstamped_traffic(view, segment_factory
     request = model.index(rows["GetSceneInfoReq", 1], 5)
     assert model.data(unknown) == UNKNOWN_LATENCY
     assert "request not stamped" in model.data(unknown, Qt.ItemDataRole.ToolTipRole)
-    assert model.data(exact) == "0.250 ms"
+    assert model.data(exact) == "0.250"  # milliseconds, as the header says
+    assert model.data(exact, Qt.ItemDataRole.ToolTipRole) == "0.250 ms"
     assert model.data(request) == "" and model.data(request, Qt.ItemDataRole.ToolTipRole) is None
 
 
@@ -65,3 +66,43 @@ def test_footer_shows_corruption_when_no_valid_message_arrives(view, segment_fac
     struct.pack_into("<II", seg.buf, base, 16 + 8 * seg.header.tools_ring_size, 16)  # lapped: bytes missed
     feed(view, log)
     assert f"(missed {16 + 8 * seg.header.tools_ring_size} B)" in view.stats_label.text()
+
+
+def test_all_columns_fit_the_default_dock_width(view, qtbot) -> None:
+    from lucky_monitor.core.traffic import TrafficEntry
+    from lucky_monitor.ui.traffic_view import COLUMNS
+
+    entries = [
+        TrafficEntry(100.0, "main", "c2s", "GetJointStateReq", (13_649 << 32) | 0x12, 48, None, None, sent_ns=1),
+        TrafficEntry(100.5, "main", "s2c", "GetJointStateResp", (13_649 << 32) | 0x12, 1234, None, 0.0125, sent_ns=2),
+        TrafficEntry(1234.5, "tools", "s2c", "SetServiceEnabledResp", 0xFFFF, 88888, "service Camera is unknown", 0.25),
+    ]
+    entries += [TrafficEntry(101.0 + k, "main", "c2s", "GetJointStateReq", k, 48, None, None) for k in range(40)]
+    view.add(entries, TrafficStats())
+    view.resize(376, 400)  # the right dock's width (the debug-draw form's 380 px) less the dock's frame
+    view.show()
+    qtbot.waitExposed(view)
+    view.refresh()
+    table, model = view.table, view.model
+    header = table.horizontalHeader()
+    assert table.horizontalScrollBar().maximum() == 0
+    assert header.length() <= table.viewport().width()
+    metrics = table.fontMetrics()
+    for col in range(len(COLUMNS)):
+        assert (
+            header.sectionSize(col)
+            >= metrics.horizontalAdvance(str(model.headerData(col, Qt.Orientation.Horizontal))) + 6
+        )
+        assert not table.isColumnHidden(col)
+        for row in range(model.rowCount()):
+            text = model.data(model.index(row, col))
+            if col in (2, 6):  # method and error elide; the whole text is the tooltip
+                assert model.data(model.index(row, col), Qt.ItemDataRole.ToolTipRole) == (text or None)
+                continue
+            assert metrics.horizontalAdvance(text) + 6 <= header.sectionSize(col), (col, text)
+    assert table.verticalScrollBar().isVisible()  # 43 rows: the vertical bar takes its room, still no horizontal one
+    assert header.sectionSize(2) >= metrics.horizontalAdvance("GetJo…Resp")  # the method column keeps some room
+    assert model.data(model.index(0, 1)) == "T→E"
+    assert model.data(model.index(0, 3)) == "3551:12"  # a trainer's id: pid in the high half, a count in the low
+    assert "58622008623122" in model.data(model.index(0, 3), Qt.ItemDataRole.ToolTipRole)
+    assert model.data(model.index(0, 1), Qt.ItemDataRole.ToolTipRole) == "trainer → engine (main ring)"

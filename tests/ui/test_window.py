@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 from PySide6 import QtCore, QtWidgets
+from PySide6.QtCore import Qt
 
 from lucky_monitor.core.monitor import LinkState
 from lucky_monitor.protocol import header as hdr
@@ -251,8 +252,9 @@ def test_traffic_table_shows_the_panels_commands_and_filters(qtbot, window):
 
         qtbot.waitUntil(lambda: {"SetSimulationModeResp", "DrawResp"} <= set(methods()), timeout=5000)
         row = methods().index("DrawResp")
-        assert model.data(model.index(row, 1)) == "engine → monitor"
-        assert model.data(model.index(row, 5)).endswith(" ms")
+        assert model.data(model.index(row, 1)) == "E→M"
+        assert model.data(model.index(row, 1), Qt.ItemDataRole.ToolTipRole).startswith("engine → monitor")
+        assert float(model.data(model.index(row, 5))) >= 0  # milliseconds
         win.traffic.filter_edit.setText("draw")
         assert set(methods()) == {"DrawReq", "DrawResp"}
         assert eng.seg.counter("sim_mode") == 2
