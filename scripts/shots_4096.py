@@ -54,8 +54,9 @@ def main() -> int:
         geo = win.last_tick.image.layout if win.last_tick and win.last_tick.image else None
         if geo is not None:
             x0, y0 = geo.tile_origin(geo.columns * 3 + 3)
-            win.grid.view_box.setRange(QtCore.QRectF(x0, y0, 4 * (geo.width + geo.gap), 2 * (geo.height + geo.gap)),
-                                       padding=0)
+            win.grid.view_box.setRange(
+                QtCore.QRectF(x0, y0, 4 * (geo.width + geo.gap), 2 * (geo.height + geo.gap)), padding=0
+            )
             run(2.0)
             win.grab().save(os.path.join(out, "zoomed_4096.png"))
         win.close()
