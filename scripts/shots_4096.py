@@ -51,6 +51,13 @@ def main() -> int:
         win.grid.reset_zoom()
         run(2.0)
         win.grab().save(os.path.join(out, "overview_4096.png"))
+        if win.last_tick and win.last_tick.image:
+            img = win.last_tick.image
+            print(
+                f"overview: step {img.step}, display {img.grid.shape[1]}x{img.grid.shape[0]} px, "
+                f"view {win.grid.view_request}",
+                flush=True,
+            )
         geo = win.last_tick.image.layout if win.last_tick and win.last_tick.image else None
         if geo is not None:
             x0, y0 = geo.tile_origin(geo.columns * 3 + 3)

@@ -447,8 +447,9 @@ class GridDisplay:
         gd = self.gap if k == 1 else (min(1, self.gap) if self.gap else 0)
         cols = self._plan.columns
         alpha = self.front is not None and self.front.shows_alpha
-        self.front = Tiler(n, h // k, w // k, c, columns=cols, gap=gd, gap_value=self.gap_value)
-        self.back = Tiler(n, h // k, w // k, c, columns=cols, gap=gd, gap_value=self.gap_value)
+        th, tw = -(-h // k), -(-w // k)  # every source pixel belongs to a display pixel
+        self.front = Tiler(n, th, tw, c, columns=cols, gap=gd, gap_value=self.gap_value)
+        self.back = Tiler(n, th, tw, c, columns=cols, gap=gd, gap_value=self.gap_value)
         if alpha:
             for t in (self.front, self.back):
                 t._plan(cols, 4)

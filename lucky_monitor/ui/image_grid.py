@@ -410,6 +410,9 @@ class ImageGridWidget(QtWidgets.QWidget):
                 if self._selected is not None and self._selected >= t.num_envs:
                     self._selected = None
             self._needs_fit = True
+        # Downscaled by the session: let Qt smooth the last (< 2x) step of scaling too. Shown at or
+        # above its size: nearest, so each pixel stays a crisp square.
+        self.graphics.setRenderHint(QtGui.QPainter.RenderHint.SmoothPixmapTransform, image.step > 1)
         self._show()
         self.image_item.setRect(QtCore.QRectF(*image.display_rect()))
         self.set_meta(image.image_seq, image.image_frame_seq, torn)
