@@ -255,7 +255,8 @@ def _sample(block: np.ndarray, step: int, h: int, w: int) -> np.ndarray:
 
     def at(offset: int, n: int, size: int) -> np.ndarray:
         start = np.minimum(np.arange(n) * step, max(0, size - 1 - b))
-        return np.minimum(start + offset, size - 1)
+        out: np.ndarray = np.minimum(start + offset, size - 1)
+        return out
 
     ya, yb = at(a, h, big_h)[:, None], at(b, h, big_h)[:, None]
     xa, xb = at(a, w, big_w)[None, :], at(b, w, big_w)[None, :]
