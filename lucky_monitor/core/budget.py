@@ -19,7 +19,7 @@ How it decides:
   thresholds nothing changes (hysteresis);
 * a step up that has to be undone within ``backoff_window_s`` (the rung above
   was too costly after all) doubles the time it waits before it tries that
-  again (``hold_up_s``, up to ``max_hold_s``); a calm period resets it. So a
+  again (``hold_up_s``, up to ``max_hold_s``); a step up that holds resets it. So a
   budget that sits between two rungs settles on the lower one instead of
   oscillating;
 * at the floor and still above the budget, :attr:`CpuBudget.over_budget` is
@@ -168,17 +168,18 @@ class CpuBudget:
             return False
         usage, budget = self.usage_pct, self.budget_pct
         self.over_budget = self.at_floor and usage > budget
+        if self._last_up_at is not None and now - self._last_up_at > self.backoff_window_s:
+            self._hold = self.hold_up_s  # the last step up held: be quick to step up again
+            self._last_up_at = None
         if usage > budget and not self.at_floor:
-            if self._last_up_at is not None and now - self._last_up_at < self.backoff_window_s:
+            if self._last_up_at is not None:
                 self._hold = min(self.max_hold_s, self._hold * 2)  # the step up did not fit: wait longer next time
+                self._last_up_at = None
             steps = 2 if usage > 1.5 * budget else 1
             return self._move(min(len(self.ladder) - 1, self.level + steps), now)
         if usage < self.low * budget and self.level > 0 and now - self._changed_at >= self._hold:
             self._last_up_at = now
             return self._move(self.level - 1, now)
-        if self._last_up_at is not None and now - self._last_up_at > self.max_hold_s:
-            self._hold = self.hold_up_s  # calm for a while: be quick to step up again
-            self._last_up_at = None
         return False
 
     def _move(self, level: int, now: float) -> bool:
