@@ -14,9 +14,10 @@ How it decides:
 * usage is ``Δcpu / Δwall`` over the readings of the last ``window_s``
   seconds taken *since the last change of rung* (readings from another rung
   say nothing about this one); no decision before ``settle_s`` of them;
-* above the budget it steps down one rung (two when usage is over 1.5× the
-  budget); below ``low × budget`` it steps up one rung. Between the two
-  thresholds nothing changes (hysteresis);
+* above the budget it steps down one rung (two over 1.5× the budget, three
+  over 2.5×, so a window that starts far over settles within seconds);
+  below ``low × budget`` it steps up one rung. Between the two thresholds
+  nothing changes (hysteresis);
 * a step up that has to be undone within ``backoff_window_s`` (the rung above
   was too costly after all) doubles the time it waits before it tries that
   again (``hold_up_s``, up to ``max_hold_s``); a step up that holds resets it. So a
@@ -103,8 +104,8 @@ class CpuBudget:
         budget_pct: float,
         *,
         ladder: tuple[Rates, ...] = LADDER,
-        window_s: float = 2.0,
-        settle_s: float = 1.0,
+        window_s: float = 1.5,
+        settle_s: float = 0.5,
         low: float = 0.7,
         hold_up_s: float = 2.0,
         max_hold_s: float = 32.0,
@@ -175,7 +176,7 @@ class CpuBudget:
             if self._last_up_at is not None:
                 self._hold = min(self.max_hold_s, self._hold * 2)  # the step up did not fit: wait longer next time
                 self._last_up_at = None
-            steps = 2 if usage > 1.5 * budget else 1
+            steps = 1 if usage <= 1.5 * budget else 2 if usage <= 2.5 * budget else 3
             return self._move(min(len(self.ladder) - 1, self.level + steps), now)
         if usage < self.low * budget and self.level > 0 and now - self._changed_at >= self._hold:
             self._last_up_at = now
