@@ -214,7 +214,14 @@ def bench_window(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) 
                     env, extra = d
                     others = {"engine": eng.pid, "trainer": trainer.pid, **extra}
                     r = run_window(
-                        name, workdir, f"{mode}_{case}", args.seconds, case_args, {**env, **case_env}, others
+                        name,
+                        workdir,
+                        f"{mode}_{case}",
+                        args.seconds,
+                        args.warmup,
+                        case_args,
+                        {**env, **case_env},
+                        others,
                     )
                     results.setdefault((mode, case), []).append(r)
         for (mode, case), runs in results.items():
