@@ -35,7 +35,7 @@ import typing
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-from ..core.budget import CpuBudget, RunStats
+from ..core.budget import CpuBudget, Rates, RunStats
 from ..core.history import History
 from ..core.session import MonitorSession, Tick
 from ..core.tiler import Tiler
@@ -103,6 +103,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._next_image = 0.0
         self._image_held = False  # a new image came while presentation was not due
         self._shown_geometry: tuple[int, ...] | None = None
+        self._panel_rates: Rates | None = None
 
         # --- centre: images over plots
         self.grid = ImageGridWidget()
@@ -250,7 +251,9 @@ class MainWindow(QtWidgets.QMainWindow):
         if tick.generation != self._generation:
             self._on_attach(tick)
         rates = self.budget.rates
-        self.backend.LIVE_PERIOD_S = 1.0 / rates.panel_hz
+        if rates is not self._panel_rates:  # the panels' live-value period follows the budget's rung
+            self._panel_rates = rates
+            self.backend.LIVE_PERIOD_S = 1.0 / rates.panel_hz
         self.backend.apply(tick)
         now = tick.t
         if not self._paused:

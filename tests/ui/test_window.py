@@ -461,6 +461,9 @@ def test_status_bar_and_panel_show_the_same_rates(qtbot, engine, window):
     win = window(engine.name)
     wait_state(qtbot, win, LinkState.FREE_RUNNING)
     qtbot.waitUntil(lambda: _t(win).rates.frames_per_s is not None, timeout=10000)
+    from lucky_monitor.core.budget import CpuBudget
+
+    win.budget = CpuBudget(0)  # no budget: the panel's period stays as set here
     win.backend.LIVE_PERIOD_S = 0.0  # the panel takes every tick's rates, as the status bar does
     qtbot.wait(150)  # past the panel's 10 Hz refresh
     win.tick()
