@@ -107,6 +107,30 @@ def add_window_arguments(p: argparse.ArgumentParser) -> None:
         help="close the window after this many seconds (exit 0)",
     )
     p.add_argument("--columns", type=int, default=None, help="image grid columns (default: near-square)")
+    p.add_argument(
+        "--cpu-budget",
+        metavar="PCT",
+        type=_budget_pct,
+        default=10.0,
+        help="share of one core the window may use; it paints images, plots and panels less often "
+        "to stay under it, never reading less (default 10; 0: no limit)",
+    )
+    p.add_argument(
+        "--stats-json",
+        metavar="FILE",
+        help="at exit, write what the window did (ticks, frames and images published/seen/presented, "
+        "tick time, CPU) to FILE as JSON",
+    )
+
+
+def _budget_pct(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= v <= 1600:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a percentage of one core, 0 (no limit) to 1600")
+    return v
 
 
 def _positive_float(text: str) -> float:

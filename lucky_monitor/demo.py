@@ -173,6 +173,10 @@ def check_demo_args(args: argparse.Namespace) -> None:
         from .ui.app import check_screenshot_path  # Qt-free until a window opens
 
         check_screenshot_path(args.screenshot)
+    if getattr(args, "stats_json", None) and not args.headless:
+        from .ui.app import check_output_path
+
+        check_output_path(args.stats_json, "--stats-json")
 
 
 def run_demo(args: argparse.Namespace) -> int:

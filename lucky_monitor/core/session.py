@@ -758,6 +758,14 @@ class MonitorSession:
         r = seqlock_read(lambda: seg.counter("image_seq"), copy, max_retries=50)
         return t.grid if r.ok else None
 
+    def want_images(self, wanted: bool) -> None:
+        """Copy the image region at the next step only if ``wanted`` (a view presenting at a lower rate).
+
+        The newest images are copied at the first step that wants them;
+        ``image_seq`` and the image rate are followed either way.
+        """
+        self._link.copy_images = self._want_images and not self._paused and bool(wanted)
+
     def set_paused(self, paused: bool) -> None:
         """Stop copying images while a view's display is paused (history and counters go on)."""
         self._paused = bool(paused)

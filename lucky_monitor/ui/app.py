@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -55,6 +56,32 @@ def check_display(screenshot: bool = False) -> None:
         )
 
 
+def check_output_path(path: str, option: str) -> None:
+    """Refuse an output file (``--stats-json``) that could not be written, before any window exists.
+
+    Raises
+    ------
+    UsageError
+        ``path`` is a directory, or its directory is missing or not writable.
+    """
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"{option} {path!r} is a directory; give a file name")
+    if not os.path.isdir(parent):
+        raise UsageError(f"{option} {path!r}: directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path!r}: directory {parent!r} is not writable")
+
+
+def write_json_atomically(path: str, obj: object) -> None:
+    """Write ``obj`` as JSON to ``path`` through a temporary file in the same directory."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
 def check_screenshot_path(path: str) -> None:
     """Refuse a ``--screenshot`` file that could not be written, before any window exists.
 
@@ -83,6 +110,9 @@ def run_window(args: argparse.Namespace) -> int:
         validate_name(name)
     if args.screenshot:
         check_screenshot_path(args.screenshot)
+    stats_path = getattr(args, "stats_json", None)
+    if stats_path:
+        check_output_path(stats_path, "--stats-json")
     check_display(bool(args.screenshot))
 
     from PySide6 import QtCore, QtWidgets
@@ -96,7 +126,10 @@ def run_window(args: argparse.Namespace) -> int:
     app.setApplicationName("lucky-monitor")
     apply_theme(app)
     one_off = args.columns is not None or bool(args.screenshot)  # a one-off run never overwrites saved layout
-    win = MainWindow(name, columns=args.columns, persist=not one_off)
+    budget = getattr(args, "cpu_budget", None)
+    win = MainWindow(
+        name, columns=args.columns, persist=not one_off, cpu_budget=10.0 if budget is None else float(budget)
+    )
     win.show()
     result: dict[str, str | None] = {"error": None}
 
@@ -119,14 +152,22 @@ def run_window(args: argparse.Namespace) -> int:
         QtCore.QTimer.singleShot(0, lambda: win.close() or app.quit())
 
     old = signal.signal(signal.SIGINT, on_sigint)
+    old_term = signal.signal(signal.SIGTERM, on_sigint)  # the same orderly end: settings and --stats-json saved
     try:
         app.exec()
     finally:
         signal.signal(signal.SIGINT, old)
+        signal.signal(signal.SIGTERM, old_term)
         win.close()
+        if stats_path:
+            try:
+                write_json_atomically(stats_path, win.run_stats())
+            except OSError as exc:
+                result["error"] = result["error"] or f"--stats-json: {exc}"
         win.deleteLater()
         QtCore.QCoreApplication.sendPostedEvents(None, QtCore.QEvent.Type.DeferredDelete)
         app.processEvents()
-    if result["error"]:
-        raise LuckyMonitorError(f"screenshot: {result['error']}")
+    error = result["error"]
+    if error:
+        raise LuckyMonitorError(error if error.startswith("--") else f"screenshot: {error}")
     return 0

@@ -8,9 +8,18 @@ hands it to each part:
 * the QML backend maps it to properties (:meth:`MonitorBackend.apply`);
 * the image grid shows the session's front grid when a new consistent copy
   arrived (one ``setImage``, no copy);
-* the plots (10 Hz, backing off when painting makes the poll late) read the
-  session's history; the traffic table gets the tick's new entries;
+* the plots read the session's history; the traffic table gets the tick's
+  new entries;
 * the status bar and the title say the same state and rates as the panel.
+
+What is *painted* follows a CPU budget (:class:`~lucky_monitor.core.budget.CpuBudget`,
+``cpu_budget`` % of one core, 0 for none): the window reads its process CPU
+time every tick and the budget sets how often the grid presents a new image,
+the plots refresh and the QML panels take live values; the status bar shows
+the budget and the rates in force. The data path is never thinned: every tick
+calls ``session.step()`` (poll, history, traffic taps), and an image held
+back is presented at the next due tick. :class:`~lucky_monitor.core.budget.RunStats`
+counts the run for ``--stats-json``.
 
 User actions go back through session methods (display options, env
 selection, pause, commands). Nothing in the 60 Hz path is per env.
@@ -26,8 +35,10 @@ import typing
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
+from ..core.budget import CpuBudget, Rates, RunStats
 from ..core.history import History
 from ..core.session import MonitorSession, Tick
+from ..core.tiler import GridGeometry
 from ..protocol.errors import LuckyMonitorError
 from .backend import MonitorBackend, state_color
 from .image_grid import ImageGridWidget
@@ -36,10 +47,15 @@ from .qml_host import make_quick_widget
 from .traffic_view import TrafficView
 
 POLL_HZ = 60
-PLOT_EVERY = 6  # ticks: plots refresh at 10 Hz (axis layout is their main cost) ...
-PLOT_EVERY_MAX = 30  # ... and back off to 2 Hz when painting makes the poll late
+DEFAULT_CPU_BUDGET = 10.0  # % of one core
+DUE_SLACK_S = 0.25 / POLL_HZ  # a tick this early still counts as on time (timer jitter)
 TRAFFIC_EVERY = 12  # ticks: the traffic table repaints at 5 Hz (the taps are read every tick)
 PLOTS_SHARE = 0.58  # of the centre's height, until the user moves the splitter (three plots >= 120 px at 1600x1000)
+
+
+def _geometry(t: GridGeometry) -> tuple[int, ...]:
+    """What makes two grid layouts show differently (the session alternates two buffers of one geometry)."""
+    return (t.num_envs, t.height, t.width, t.channels, t.columns, t.grid_width, t.grid_height, int(t.shows_alpha))
 
 
 class MainWindow(QtWidgets.QMainWindow):
@@ -54,6 +70,9 @@ class MainWindow(QtWidgets.QMainWindow):
     settings
         Where window layout and options persist (default: the user's
         QSettings for lucky-monitor).
+    cpu_budget
+        Share of one core (%) the window's painting may bring the process
+        to; ``0``: no limit.
     """
 
     def __init__(
@@ -64,6 +83,7 @@ class MainWindow(QtWidgets.QMainWindow):
         settings: QtCore.QSettings | None = None,
         persist: bool = True,
         session: MonitorSession | None = None,
+        cpu_budget: float = DEFAULT_CPU_BUDGET,
     ) -> None:
         super().__init__()
         self.settings = settings or QtCore.QSettings("lucky-monitor", "lucky-monitor")
@@ -78,10 +98,13 @@ class MainWindow(QtWidgets.QMainWindow):
         self._paused = False
         self._last_title = ""
         self._tick_cost = 0.0
-        self._plot_every = PLOT_EVERY
-        self._since_plot = 0
-        self._last_tick = 0.0
-        self._gap_ema = 1.0 / POLL_HZ
+        self.budget = CpuBudget(cpu_budget)
+        self.stats = RunStats(time.monotonic(), time.process_time(), cpu_budget)
+        self._next_plot = 0.0
+        self._next_image = 0.0
+        self._image_held = False  # a new image came while presentation was not due
+        self._shown_geometry: tuple[int, ...] | None = None
+        self._panel_rates: Rates | None = None
 
         # --- centre: images over plots
         self.grid = ImageGridWidget()
@@ -125,8 +148,14 @@ class MainWindow(QtWidgets.QMainWindow):
         font.setBold(True)
         self.state_label.setFont(font)
         self.rate_label = QtWidgets.QLabel("")
+        self.budget_label = QtWidgets.QLabel("")
+        self.budget_label.setToolTip(
+            "CPU of this window (% of one core) against its budget (--cpu-budget), and the refresh "
+            "rates in force; every poll is still read and recorded"
+        )
         self.statusBar().addWidget(self.state_label, 1)
         self.statusBar().addPermanentWidget(self.rate_label)
+        self.statusBar().addPermanentWidget(self.budget_label)
 
         self._make_actions()
         self._restore_settings(columns)
@@ -233,6 +262,7 @@ class MainWindow(QtWidgets.QMainWindow):
     def _on_attach(self, tick: Tick) -> None:
         """A new attach or a detach: per-session views start afresh."""
         self._generation = tick.generation
+        self._shown_geometry = None  # the new attach's first image is shown at once
         self.history = tick.history or History(1)
         self.plots.set_history(self.history)
         self.traffic.clear()
@@ -249,31 +279,61 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def tick(self) -> None:
         t0 = time.perf_counter()
-        tick = self.session.step()
+        # Images are copied only when the grid will show them: the budget thins the copy with the paint.
+        self.session.want_images(time.monotonic() + DUE_SLACK_S >= self._next_image)
+        tick = self.session.step()  # every tick: the data path (hot arrays, history, traffic) is never thinned
         self.last_tick = tick
         if tick.generation != self._generation:
             self._on_attach(tick)
+        rates = self.budget.rates
+        if rates is not self._panel_rates:  # the panels' live-value period follows the budget's rung
+            self._panel_rates = rates
+            self.backend.LIVE_PERIOD_S = 1.0 / rates.panel_hz
         self.backend.apply(tick)
+        now = tick.t
         if not self._paused:
             image = tick.image
-            if image is not None and (image.new or self.grid.tiler != image.layout):
-                self.grid.show_image(image, tick.counters.torn_images)
+            if image is not None:
+                self._image_held = self._image_held or image.new
+                geometry_changed = self._shown_geometry != (*_geometry(image.layout), image.step)
+                if geometry_changed or (self._image_held and now + DUE_SLACK_S >= self._next_image):
+                    self.grid.show_image(image, tick.counters.torn_images)
+                    self._shown_geometry = (*_geometry(image.layout), image.step)
+                    if self._image_held:
+                        self.stats.presented()
+                    self._image_held = False
+                    self._next_image = self._due(self._next_image, now, rates.images_hz)
             if tick.display_error:
                 self.grid.status_label.setText(tick.display_error)
             self.traffic.add(tick.traffic, tick.traffic_stats, tick.t)
         self._ticks += 1
-        self._since_plot += 1
-        if self._since_plot >= self._plot_every and not self._paused:
-            self._since_plot = 0
+        if now + DUE_SLACK_S >= self._next_plot and not self._paused:
+            self._next_plot = self._due(self._next_plot, now, rates.plots_hz)
             self.plots.set_sampling_cause(self._sampling_cause(tick))
             self.plots.update_view()
         if self._ticks % TRAFFIC_EVERY == 0 and not self._paused:
             self.traffic.refresh()
+        if self.budget.update(time.monotonic(), time.process_time()):
+            self._update_status(tick)
         if self._ticks % 15 == 0 or tick.state != getattr(self, "_shown_state", None):
             self._shown_state = tick.state
             self._update_status(tick)
         self._tick_cost = time.perf_counter() - t0
-        self._adapt_plot_rate(t0)
+        self.stats.add_tick(tick, self._tick_cost)
+
+    @staticmethod
+    def _due(last_due: float, now: float, hz: float) -> float:
+        """The next time something refreshed at ``hz`` is due; at or above the poll rate, every tick.
+
+        Kept on a grid of ``1/hz`` from the last due time (so 30 Hz on a
+        60 Hz poll is every second tick, not every third), re-anchored at
+        ``now`` when more than a period behind.
+        """
+        if hz >= POLL_HZ:
+            return now
+        period = 1.0 / hz
+        nxt = last_due + period
+        return nxt if nxt > now - period else now + period
 
     @staticmethod
     def _sampling_cause(tick: Tick) -> str:
@@ -282,21 +342,6 @@ class MainWindow(QtWidgets.QMainWindow):
         if c.late_polls and c.late_polls * 2 >= c.frames_skipped:
             return f"the monitor was busy ({c.late_polls} late polls)"
         return "the engine steps faster than the 60 Hz poll"
-
-    def _adapt_plot_rate(self, now: float) -> None:
-        """Keep the poll near 60 Hz: when repaints make ticks late, refresh the plots less often.
-
-        The data path (poll, history, images) runs every tick regardless; only
-        the plots' repaint, by far the costliest paint, is thinned out.
-        """
-        if self._last_tick:
-            self._gap_ema += 0.05 * ((now - self._last_tick) - self._gap_ema)
-        self._last_tick = now
-        nominal = 1.0 / POLL_HZ
-        if self._gap_ema > 1.25 * nominal:
-            self._plot_every = min(PLOT_EVERY_MAX, self._plot_every + 1)
-        elif self._gap_ema < 1.1 * nominal:
-            self._plot_every = max(PLOT_EVERY, self._plot_every - 1)
 
     def _update_status(self, tick: Tick | None = None) -> None:
         tick = tick or self.last_tick
@@ -312,6 +357,8 @@ class MainWindow(QtWidgets.QMainWindow):
             self.rate_label.setText(f"{fps} frames/s   {ips} images/s   poll {self._tick_cost * 1e3:4.1f} ms")
         else:
             self.rate_label.setText("")
+        self.budget_label.setText(self.budget.text())
+        self.budget_label.setStyleSheet("color: #e0a030;" if self.budget.over_budget else "")
         title = f"lucky-monitor — {tick.name or 'no segment'} — {tick.state.value}"
         if self._paused:
             title += " (paused)"
@@ -391,6 +438,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self.tick()
         if not self.grab().save(path, "PNG"):
             raise OSError(f"could not write {path}")
+
+    def run_stats(self) -> dict[str, typing.Any]:
+        """What ``--stats-json`` writes: this window's run so far (see :class:`RunStats`)."""
+        return self.stats.result(time.monotonic(), time.process_time())
 
     # ------------------------------------------------------------ closing
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:

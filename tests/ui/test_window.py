@@ -274,20 +274,127 @@ def test_selecting_envs_overlays_them_and_settings_persist(qtbot, engine, window
     assert settings.value("grid/columns", type=int) == 2
 
 
-def test_plots_back_off_when_painting_makes_the_poll_late(window):
-    from lucky_monitor.ui import main_window as mw
+def test_the_budget_thins_painting_never_polling(qtbot, engine, window):
+    from lucky_monitor.core.budget import LADDER
 
-    win = window(unique_segment_name("absent"))
-    win.timer.stop()
-    t = 100.0
-    for _ in range(200):  # ticks arriving every 40 ms instead of every 16.7 ms
-        t += 0.040
-        win._adapt_plot_rate(t)
-    assert win._plot_every == mw.PLOT_EVERY_MAX
-    for _ in range(400):  # on time again
-        t += 1 / mw.POLL_HZ
-        win._adapt_plot_rate(t)
-    assert win._plot_every == mw.PLOT_EVERY
+    win = window(engine.name)
+    wait_state(qtbot, win, LinkState.FREE_RUNNING)
+    qtbot.waitUntil(lambda: win.stats.images_presented > 0, timeout=5000)
+    win.budget.level = len(LADDER) - 1  # the floor: images 2 Hz, plots 1 Hz, panel 2 Hz
+    win.budget.update = lambda now, cpu: False  # held there
+    plots = []
+    win.plots.update_view = lambda: plots.append(1)
+    presented, ticks = win.stats.images_presented, win.stats.ticks
+    copied, seen = _t(win).counters.images_copied, _t(win).counters.frames_seen
+    qtbot.wait(2000)
+    n_ticks = win.stats.ticks - ticks
+    assert n_ticks > 60  # the poll goes on at its rate ...
+    assert _t(win).counters.frames_seen - seen > 100  # ... reading every frame it can (engine at 200 Hz)
+    assert 2 <= win.stats.images_presented - presented <= 6  # ... but shows 2 images a second
+    assert _t(win).counters.images_copied - copied <= 8  # and copies only the images it shows
+    assert (_t(win).rates.images_per_s or 0) > 50  # while following every publication's rate
+    assert 1 <= len(plots) <= 4
+    assert win.backend.LIVE_PERIOD_S == 0.5
+    win._update_status(_t(win))
+    assert "images 2 Hz · plots 1 Hz · panel 2 Hz" in win.budget_label.text()
+
+
+def test_status_bar_shows_the_budget_and_the_rates_in_force(qtbot, engine, window):
+    import re
+
+    win = window(engine.name)
+    wait_state(qtbot, win, LinkState.FREE_RUNNING)
+    qtbot.waitUntil(lambda: win.budget.usage_pct is not None, timeout=5000)
+    win._update_status(_t(win))
+    text = win.budget_label.text()
+    assert re.fullmatch(r"CPU \d+ % of 10 % · images \d+ Hz · plots \d+ Hz · panel \d+ Hz( · over budget.*)?", text), (
+        text
+    )
+
+
+def test_panels_do_not_render_when_nothing_changed(qtbot, window):
+    from lucky_monitor.ui.qml_host import frames_rendered
+
+    win = window(unique_segment_name("absent"))  # searching: nothing on the panels moves
+    win.backend.LIVE_PERIOD_S = 0.0  # the live values are applied on every tick
+    qtbot.wait(1500)
+    before = (frames_rendered(win.panel), frames_rendered(win.draw_form))
+    ticks = win.stats.ticks
+    qtbot.wait(1000)
+    assert win.stats.ticks - ticks > 30
+    assert (frames_rendered(win.panel), frames_rendered(win.draw_form)) == before
+    win.backend.setRepeat("", 0)  # a value that changes (the draw form's status) renders a frame
+    win.backend.drawLine(0, 0, 0, 1, 1, 1, 1, 0, 0, 1, False)
+    qtbot.waitUntil(lambda: frames_rendered(win.draw_form) > before[1], timeout=5000)
+
+
+def test_stats_json_is_written_at_exit(tmp_path, subprocess_env):
+    import json
+
+    name = unique_segment_name("stats")
+    eng = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lucky_monitor",
+            "sim",
+            "--name",
+            name,
+            "--envs",
+            "16",
+            "--image",
+            "32x32",
+            "--hz",
+            "50",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env,
+    )
+    try:
+        assert eng.stdout.readline().strip() == name
+        out = tmp_path / "stats.json"
+        env = dict(subprocess_env, QT_QPA_PLATFORM="offscreen", HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path))
+        argv = [sys.executable, "-m", "lucky_monitor", "--shm", name, "--quit-after", "3"]
+        r = subprocess.run(
+            [*argv, "--stats-json", str(out), "--cpu-budget", "25"], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert r.returncode == 0, r.stderr
+        stats = json.loads(out.read_text())
+        assert list(stats) == [
+            "ticks",
+            "late_ticks",
+            "frames_published",
+            "frames_seen",
+            "images_published",
+            "images_presented",
+            "tick_ms_p50",
+            "tick_ms_p90",
+            "cpu_s",
+            "wall_s",
+            "cpu_budget_pct",
+        ]
+        assert stats["ticks"] > 60 and stats["late_ticks"] < stats["ticks"]
+        assert 0 < stats["frames_seen"] <= stats["frames_published"] + 1
+        assert 0 < stats["images_presented"] <= stats["images_published"] + 1
+        assert stats["frames_published"] > 50  # about 50 a second for up to 3 s
+        assert 0 < stats["tick_ms_p50"] <= stats["tick_ms_p90"]
+        assert 0 < stats["cpu_s"] and 2.0 < stats["wall_s"] < 4.0
+        assert stats["cpu_budget_pct"] == 25.0
+        bad = subprocess.run(
+            [*argv, "--stats-json", str(tmp_path / "no" / "such" / "dir.json")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert bad.returncode == 2 and "--stats-json" in bad.stderr
+        bad = subprocess.run([*argv, "--cpu-budget", "-5"], capture_output=True, text=True, env=env, timeout=60)
+        assert bad.returncode == 2 and "--cpu-budget" in bad.stderr
+    finally:
+        eng.terminate()
+        eng.wait(10)
+        eng.stdout.close()
 
 
 def test_a_one_off_run_leaves_the_saved_layout_alone(qtbot, engine, settings):
@@ -357,6 +464,9 @@ def test_status_bar_and_panel_show_the_same_rates(qtbot, engine, window):
     win = window(engine.name)
     wait_state(qtbot, win, LinkState.FREE_RUNNING)
     qtbot.waitUntil(lambda: _t(win).rates.frames_per_s is not None, timeout=10000)
+    from lucky_monitor.core.budget import CpuBudget
+
+    win.budget = CpuBudget(0)  # no budget: the panel's period stays as set here
     win.backend.LIVE_PERIOD_S = 0.0  # the panel takes every tick's rates, as the status bar does
     qtbot.wait(150)  # past the panel's 10 Hz refresh
     win.tick()

@@ -1,0 +1,313 @@
+"""The window's CPU budget and run statistics, Qt-free.
+
+:class:`CpuBudget` picks the refresh rates of what the window *paints* (the
+image grid, the plots, the QML panels) so that the process stays under a
+share of one core. It is fed readings of the process's CPU time and a clock
+and answers with :class:`Rates`; it never touches the data path (the poll,
+history, traffic taps), which the window runs on every tick whatever the
+rates. The rates come from a fixed ladder, cheapest cuts first: the plots
+(pyqtgraph's axis layout is the costliest paint) before the panels, the
+panels before the images. The floor is the ladder's last rung.
+
+How it decides:
+
+* usage is ``Δcpu / Δwall`` over the readings of the last ``window_s``
+  seconds taken *since the last change of rung* (readings from another rung
+  say nothing about this one); no decision before ``settle_s`` of them;
+* above the budget it steps down one rung (two over 1.5× the budget, three
+  over 2.5×, so a window that starts far over settles within seconds);
+  below ``low × budget`` it steps up one rung. Between the two thresholds
+  nothing changes (hysteresis);
+* a step up that has to be undone within ``backoff_window_s`` (the rung above
+  was too costly after all) doubles the time it waits before it tries that
+  again (``hold_up_s``, up to ``max_hold_s``); a step up that holds resets it. So a
+  budget that sits between two rungs settles on the lower one instead of
+  oscillating;
+* at the floor and still above the budget, :attr:`CpuBudget.over_budget` is
+  true: the budget cannot be met by painting less.
+
+A budget of ``0`` means no limit: the top rung, always.
+
+:class:`RunStats` accumulates what ``--stats-json`` writes from the Ticks
+the window handled and the grid updates it presented.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from .session import Tick
+
+__all__ = ["LADDER", "POLL_HZ", "CpuBudget", "Rates", "RunStats"]
+
+#: The window's poll rate: an image rate at or above it means "every new image".
+POLL_HZ = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """Refresh rates in force, in Hz: image grid presentation, plots, QML panels' live values."""
+
+    images_hz: float
+    plots_hz: float
+    panel_hz: float
+
+    def text(self) -> str:
+        """``images 30 Hz · plots 5 Hz · panel 10 Hz``."""
+        return f"images {self.images_hz:g} Hz · plots {self.plots_hz:g} Hz · panel {self.panel_hz:g} Hz"
+
+
+#: Rungs from the full rates to the floor (images ≥ 2 Hz, plots ≥ 1 Hz, panel ≥ 2 Hz).
+LADDER: tuple[Rates, ...] = (
+    Rates(60, 10, 10),
+    Rates(60, 5, 10),
+    Rates(60, 5, 5),
+    Rates(60, 2, 5),
+    Rates(60, 1, 5),
+    Rates(60, 1, 2),
+    Rates(30, 1, 2),
+    Rates(20, 1, 2),
+    Rates(10, 1, 2),
+    Rates(5, 1, 2),
+    Rates(2, 1, 2),
+)
+
+
+class CpuBudget:
+    """Refresh rates that keep a process under ``budget_pct`` % of one core.
+
+    Parameters
+    ----------
+    budget_pct
+        The share of one core the process may use; ``0`` for no limit.
+    ladder
+        Rates from the most to the least costly; the last is the floor.
+    window_s, settle_s
+        Usage is measured over at most ``window_s`` seconds of readings
+        taken since the last change, and not before ``settle_s`` of them.
+    low
+        Step up only below ``low × budget`` (the hysteresis band).
+    hold_up_s, max_hold_s, backoff_window_s
+        Wait at least ``hold`` seconds after a step down before stepping up;
+        ``hold`` starts at ``hold_up_s`` and doubles (up to ``max_hold_s``)
+        each time a step up is undone within ``backoff_window_s``.
+
+    Call :meth:`update` with readings (every tick is fine: it only appends
+    to a short deque and decides at most once per ``settle_s``).
+    """
+
+    def __init__(
+        self,
+        budget_pct: float,
+        *,
+        ladder: tuple[Rates, ...] = LADDER,
+        window_s: float = 1.5,
+        settle_s: float = 0.5,
+        low: float = 0.7,
+        hold_up_s: float = 2.0,
+        max_hold_s: float = 32.0,
+        backoff_window_s: float = 4.0,
+    ) -> None:
+        if not budget_pct >= 0 or math.isinf(budget_pct):
+            raise ValueError(f"budget_pct must be a finite number ≥ 0, not {budget_pct!r}")
+        if not ladder:
+            raise ValueError("ladder must have at least one rung")
+        self.budget_pct = float(budget_pct)
+        self.ladder = ladder
+        self.window_s = window_s
+        self.settle_s = settle_s
+        self.low = low
+        self.hold_up_s = hold_up_s
+        self.max_hold_s = max_hold_s
+        self.backoff_window_s = backoff_window_s
+        self.level = 0
+        self.usage_pct: float | None = None  # the last measured usage, % of one core
+        self.over_budget = False
+        self._readings: deque[tuple[float, float]] = deque()
+        self._changed_at: float | None = None
+        self._last_up_at: float | None = None
+        self._hold = hold_up_s
+
+    @property
+    def limited(self) -> bool:
+        """Whether there is a budget at all (``budget_pct > 0``)."""
+        return self.budget_pct > 0
+
+    @property
+    def rates(self) -> Rates:
+        """The rates in force."""
+        return self.ladder[self.level]
+
+    @property
+    def at_floor(self) -> bool:
+        return self.level == len(self.ladder) - 1
+
+    def update(self, now: float, cpu_s: float) -> bool:
+        """Take one reading (``now``: a monotonic clock; ``cpu_s``: process CPU seconds).
+
+        Returns
+        -------
+        bool
+            Whether the rates changed.
+        """
+        r = self._readings
+        r.append((now, cpu_s))
+        while len(r) > 2 and now - r[1][0] >= self.window_s:
+            r.popleft()
+        if self._changed_at is None:
+            self._changed_at = now
+        t0, c0 = r[0]
+        span = now - t0
+        if span < self.settle_s or span <= 0:
+            return False
+        self.usage_pct = 100.0 * (cpu_s - c0) / span
+        if not self.limited:
+            self.over_budget = False
+            return False
+        usage, budget = self.usage_pct, self.budget_pct
+        self.over_budget = self.at_floor and usage > budget
+        if self._last_up_at is not None and now - self._last_up_at > self.backoff_window_s:
+            self._hold = self.hold_up_s  # the last step up held: be quick to step up again
+            self._last_up_at = None
+        if usage > budget and not self.at_floor:
+            if self._last_up_at is not None:
+                self._hold = min(self.max_hold_s, self._hold * 2)  # the step up did not fit: wait longer next time
+                self._last_up_at = None
+            steps = 1 if usage <= 1.5 * budget else 2 if usage <= 2.5 * budget else 3
+            return self._move(min(len(self.ladder) - 1, self.level + steps), now)
+        if usage < self.low * budget and self.level > 0 and now - self._changed_at >= self._hold:
+            self._last_up_at = now
+            return self._move(self.level - 1, now)
+        return False
+
+    def _move(self, level: int, now: float) -> bool:
+        changed = level != self.level
+        self.level = level
+        self._changed_at = now
+        last = self._readings[-1]
+        self._readings.clear()
+        self._readings.append(last)  # measure the new rung from here on
+        self.over_budget = False
+        return changed
+
+    def text(self) -> str:
+        """The status line: ``CPU 8 % of 10 % · images 30 Hz · plots 5 Hz · panel 10 Hz``."""
+        usage = "—" if self.usage_pct is None else f"{self.usage_pct:.0f}"
+        head = f"CPU {usage} % of {self.budget_pct:g} %" if self.limited else f"CPU {usage} % (no budget)"
+        tail = " · over budget at the lowest rates" if self.over_budget else ""
+        return f"{head} · {self.rates.text()}{tail}"
+
+
+def _percentile(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    pos = (len(s) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+class RunStats:
+    """What the window did over a run, for ``--stats-json``.
+
+    Feed every handled Tick to :meth:`add_tick` with the time the tick took,
+    and call :meth:`presented` for each grid update shown. Counts of the
+    segment (``frame_seq``, ``image_seq`` deltas; ``frames_seen``) are summed
+    over attaches: each attach contributes what moved between its first and
+    its last Tick.
+
+    Parameters
+    ----------
+    start_wall, start_cpu
+        The clock (monotonic) and process CPU seconds when the run began.
+    budget_pct
+        The CPU budget in force (written back as ``cpu_budget_pct``).
+    poll_hz
+        A tick later than 1.5 poll periods after the previous one is late.
+    """
+
+    KEYS = (
+        "ticks",
+        "late_ticks",
+        "frames_published",
+        "frames_seen",
+        "images_published",
+        "images_presented",
+        "tick_ms_p50",
+        "tick_ms_p90",
+        "cpu_s",
+        "wall_s",
+        "cpu_budget_pct",
+    )
+
+    def __init__(self, start_wall: float, start_cpu: float, budget_pct: float, poll_hz: float = POLL_HZ) -> None:
+        self.start_wall = start_wall
+        self.start_cpu = start_cpu
+        self.budget_pct = budget_pct
+        self.late_after = 1.5 / poll_hz
+        self.ticks = 0
+        self.late_ticks = 0
+        self.images_presented = 0
+        self.tick_ms: list[float] = []
+        self._last_t: float | None = None
+        # closed attaches' totals; the current attach's first and last values
+        self._frames = self._images = self._seen = 0
+        self._gen: int | None = None
+        self._first: tuple[int, int] | None = None
+        self._last: tuple[int, int] | None = None
+        self._seen_now = 0
+
+    def add_tick(self, tick: Tick, tick_s: float) -> None:
+        """Count one handled Tick that took ``tick_s`` seconds of the window's time."""
+        self.ticks += 1
+        self.tick_ms.append(tick_s * 1e3)
+        if self._last_t is not None and tick.t - self._last_t > self.late_after:
+            self.late_ticks += 1
+        self._last_t = tick.t
+        if tick.generation != self._gen:
+            self._close_attach()
+            self._gen = tick.generation
+        if tick.live is not None and tick.header is not None:
+            seqs = (tick.live.frame_seq, tick.live.image_seq // 2)
+            if self._first is None:
+                self._first = seqs
+            self._last = seqs
+            self._seen_now = tick.counters.frames_seen
+
+    def presented(self) -> None:
+        """One grid update shown."""
+        self.images_presented += 1
+
+    def _close_attach(self) -> None:
+        if self._first is not None and self._last is not None:
+            self._frames += max(0, self._last[0] - self._first[0])
+            self._images += max(0, self._last[1] - self._first[1])
+            self._seen += self._seen_now
+        self._first = self._last = None
+        self._seen_now = 0
+
+    def result(self, now_wall: float, now_cpu: float) -> dict[str, Any]:
+        """The ``--stats-json`` object (every key of :attr:`KEYS`, in that order)."""
+        frames, images, seen = self._frames, self._images, self._seen
+        if self._first is not None and self._last is not None:
+            frames += max(0, self._last[0] - self._first[0])
+            images += max(0, self._last[1] - self._first[1])
+            seen += self._seen_now
+        p50, p90 = _percentile(self.tick_ms, 50), _percentile(self.tick_ms, 90)
+        return {
+            "ticks": self.ticks,
+            "late_ticks": self.late_ticks,
+            "frames_published": frames,
+            "frames_seen": seen,
+            "images_published": images,
+            "images_presented": self.images_presented,
+            "tick_ms_p50": None if p50 is None else round(p50, 3),
+            "tick_ms_p90": None if p90 is None else round(p90, 3),
+            "cpu_s": round(now_cpu - self.start_cpu, 3),
+            "wall_s": round(now_wall - self.start_wall, 3),
+            "cpu_budget_pct": self.budget_pct,
+        }

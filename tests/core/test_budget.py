@@ -1,0 +1,157 @@
+"""The CPU budget controller and the run statistics, driven with synthetic readings (no Qt)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from lucky_monitor.core.budget import LADDER, CpuBudget, Rates, RunStats
+from lucky_monitor.core.monitor import Counters
+from tests.ui.ticks import attached_tick, live_fields, small_header, tick
+
+DT = 1 / 60
+
+
+def run(budget: CpuBudget, cost_pct, seconds: float, t0: float = 0.0, cpu0: float = 0.0):
+    """Feed ``budget`` a 60 Hz clock and a process whose CPU use is ``cost_pct(level, t)`` % of a core.
+
+    Returns the levels seen at every reading, the final time and CPU seconds.
+    """
+    t, cpu, levels = t0, cpu0, []
+    for _ in range(round(seconds / DT)):
+        t += DT
+        cpu += cost_pct(budget.level, t) / 100.0 * DT
+        budget.update(t, cpu)
+        levels.append(budget.level)
+    return levels, t, cpu
+
+
+def changes(levels: list[int]) -> int:
+    return sum(a != b for a, b in itertools.pairwise(levels))
+
+
+def test_the_ladder_goes_from_full_rates_to_the_floor():
+    assert LADDER[0] == Rates(60, 10, 10)
+    floor = LADDER[-1]
+    assert (floor.images_hz, floor.plots_hz, floor.panel_hz) == (2, 1, 2)
+    for hi, lo in itertools.pairwise(LADDER):  # each rung paints no more of anything
+        assert lo.images_hz <= hi.images_hz and lo.plots_hz <= hi.plots_hz and lo.panel_hz <= hi.panel_hz
+        assert lo != hi
+
+
+def test_no_budget_keeps_the_full_rates_and_still_measures():
+    b = CpuBudget(0)
+    levels, _, _ = run(b, lambda level, t: 80.0, 10)
+    assert set(levels) == {0}
+    assert b.usage_pct == pytest.approx(80.0, rel=0.02)
+    assert not b.over_budget
+    assert b.text() == "CPU 80 % (no budget) · images 60 Hz · plots 10 Hz · panel 10 Hz"
+
+
+def test_under_budget_nothing_changes():
+    b = CpuBudget(10)
+    levels, _, _ = run(b, lambda level, t: 4.0, 20)
+    assert set(levels) == {0}
+    assert b.text() == "CPU 4 % of 10 % · images 60 Hz · plots 10 Hz · panel 10 Hz"
+
+
+def test_over_budget_steps_down_to_the_first_rung_that_fits_and_stays():
+    cost = [30, 25, 20, 16, 13, 11, 9, 7, 5, 4, 3]  # % of a core at each rung
+    b = CpuBudget(10)
+    levels, t, cpu = run(b, lambda level, t: cost[level], 30)
+    assert b.level == 6 and cost[6] <= 10 < cost[5]
+    assert b.rates == Rates(30, 1, 2)
+    first = levels.index(6)
+    assert first / 60 < 5  # gets there within seconds, not minutes
+    levels, _, _ = run(b, lambda level, t: cost[level], 120, t, cpu)
+    assert set(levels) == {6}  # 9 % is inside the hysteresis band (7 %...10 %): no step up
+
+
+@pytest.mark.parametrize(("usage", "rungs"), [(12.0, 1), (20.0, 2), (40.0, 3)])
+def test_far_over_budget_steps_more_rungs_at_a_time(usage, rungs):
+    b = CpuBudget(10)
+    run(b, lambda level, t: usage, 0.8)
+    assert b.level == rungs  # one decision after 0.5 s of readings
+
+
+def test_a_rung_between_too_costly_and_very_cheap_does_not_oscillate():
+    # rung 3 costs 12 % (over), rung 4 costs 6 % (under 0.7 × 10 %): a naive controller flips forever
+    b = CpuBudget(10)
+    cost = lambda level, t: 12.0 if level <= 3 else 6.0  # noqa: E731
+    levels, t, cpu = run(b, cost, 20)
+    levels, _, _ = run(b, cost, 120, t, cpu)
+    assert changes(levels) <= 10  # the wait before trying again doubles: 2, 4, 8, 16, 32, 32... s
+    assert levels.count(4) > 0.95 * len(levels)  # settles on the rung that fits: one try of a second every 33 s
+    assert max(levels) == 4
+
+
+def test_when_the_load_goes_away_the_rates_come_back():
+    b = CpuBudget(10)
+    heavy = True
+    cost = lambda level, t: 50.0 if heavy else 2.0  # noqa: E731
+    _, t, cpu = run(b, cost, 15)
+    assert b.level == len(LADDER) - 1
+    heavy = False
+    _, _, _ = run(b, cost, 60, t, cpu)
+    assert b.level == 0
+
+
+def test_over_budget_at_the_floor_says_so():
+    b = CpuBudget(10)
+    run(b, lambda level, t: 25.0, 20)
+    assert b.at_floor and b.over_budget
+    assert b.text().startswith("CPU 25 % of 10 % · images 2 Hz · plots 1 Hz · panel 2 Hz")
+    assert "over budget" in b.text()
+
+
+def test_usage_is_measured_over_a_sliding_window():
+    b = CpuBudget(0, window_s=2.0, settle_s=1.0)
+    _, t, cpu = run(b, lambda level, t: 50.0, 10)
+    run(b, lambda level, t: 10.0, 1.0, t, cpu)
+    assert 20 < b.usage_pct < 40  # half the window at 50 %, half at 10 %
+    run(b, lambda level, t: 10.0, 3.0, t + 1.0, cpu)
+    assert b.usage_pct == pytest.approx(10.0, rel=0.05)
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_a_bad_budget_is_refused(bad):
+    with pytest.raises(ValueError):
+        CpuBudget(bad)
+
+
+# ------------------------------------------------------------------ RunStats
+def test_run_stats_sum_over_attaches_and_count_late_ticks():
+    h = small_header()
+    s = RunStats(start_wall=100.0, start_cpu=5.0, budget_pct=10.0)
+    t = 100.0
+
+    def feed(generation, frame_seq, image_seq, seen, gap=1 / 60):
+        nonlocal t
+        t += gap
+        live = live_fields(frame_seq=frame_seq, image_seq=image_seq)
+        s.add_tick(attached_tick(h, t=t, generation=generation, live=live, counters=Counters(frames_seen=seen)), 0.002)
+
+    feed(1, 100, 40, 0)
+    feed(1, 150, 141, 40)  # a write in progress: 70 images completed since 40
+    feed(1, 160, 160, 48, gap=0.05)  # late
+    s.add_tick(tick(t=t + 1 / 60, generation=2), 0.001)  # detached
+    t += 1 / 60
+    feed(3, 7, 2, 1)  # a new engine: its counters start again
+    feed(3, 27, 12, 15)
+    for _ in range(5):
+        s.presented()
+    out = s.result(now_wall=112.5, now_cpu=6.25)
+    assert list(out) == list(RunStats.KEYS)
+    assert out["ticks"] == 6 and out["late_ticks"] == 1
+    assert out["frames_published"] == 60 + 20
+    assert out["images_published"] == 60 + 5
+    assert out["frames_seen"] == 48 + 15
+    assert out["images_presented"] == 5
+    assert out["tick_ms_p50"] == pytest.approx(2.0)
+    assert out["cpu_s"] == 1.25 and out["wall_s"] == 12.5 and out["cpu_budget_pct"] == 10.0
+
+
+def test_run_stats_of_no_ticks():
+    out = RunStats(0.0, 0.0, 0.0).result(1.0, 0.0)
+    assert out["ticks"] == 0 and out["tick_ms_p50"] is None and out["frames_published"] == 0
