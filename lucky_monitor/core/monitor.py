@@ -378,11 +378,15 @@ class MonitorCore:
             skipped = max(0, frame_seq - att.last_frame - 1) if att.last_frame > 0 else 0
             att.last_frame = frame_seq
             att.frame_changed_at = now
+            # An engine that holds the turn for most polls (realtime, waiting for its next slot) is
+            # idle, not writing: spinning for the trainer's turn would only burn the CPU it needs.
+            share = self.rates.engine_share
             res = hot_read(
                 lambda: counter("frame_seq"),
                 lambda: counter("action_seq"),
                 lambda: self._copy_hot(att),
                 free_run=free_run,
+                spin_s=0.0 if share is not None and share > 0.8 else 0.0005,
             )
             self.counters.torn_hot += res.torn
             self.counters.frames_seen += 1
