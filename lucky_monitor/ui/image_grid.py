@@ -24,6 +24,7 @@ the ViewBox to grid pixels and :meth:`Tiler.env_at`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from os import PathLike
 from typing import Any
@@ -263,6 +264,8 @@ class ImageGridWidget(QtWidgets.QWidget):
 
     env_selected = Signal(int)
     hover_changed = Signal(str)
+
+    META_PERIOD_S = 0.2  # the status line's counters refresh at most this often (torn counts and geometry at once)
     display_changed = Signal(object)  # DisplayOptions, after a control change
     view_changed = Signal(object)  # ViewRequest: the part of the grid in view and its screen scale
 
@@ -291,6 +294,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._hover: tuple[float, float] | None = None
         self._hover_text = ""
         self._meta: tuple[int, ...] | None = None
+        self._meta_shown_at = 0.0
         self._needs_fit = False
         self._single: SingleEnvView | None = None
         self._frame: ImageFrame | None = None  # set by show_image (a session's grid)
@@ -646,6 +650,11 @@ class ImageGridWidget(QtWidgets.QWidget):
         geometry = (t.num_envs, t.width, t.height) if t is not None else ()
         if counts + geometry == self._meta:
             return
+        now = time.monotonic()
+        same_shape = self._meta is not None and self._meta[2:] == counts[2:] + geometry
+        if same_shape and now - self._meta_shown_at < self.META_PERIOD_S:
+            return  # a counter that moves every frame is read at 5 Hz: a label relayout per frame is waste
+        self._meta_shown_at = now
         self._meta = counts + geometry
         text = f"image_seq {counts[0]}  image_frame_seq {counts[1]}  torn copies skipped {counts[2]}"
         if t is not None:
