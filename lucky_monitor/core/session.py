@@ -416,11 +416,18 @@ class GridDisplay:
         self.back: Tiler | None = None
         self.has_frame = False
         self._plan = Tiler(n, h, w, c, gap=gap, allocate=False)
+        self._geometry_key: tuple[GridGeometry, int] | None = None
+        self._geometry = self._plan.geometry
 
     @property
     def geometry(self) -> GridGeometry:
         g = self._plan.geometry
-        return replace(g, out_channels=self.front.geometry.out_channels) if self.front is not None else g
+        out_c = self.front.geometry.out_channels if self.front is not None else g.out_channels
+        key = (g, out_c)
+        if key != self._geometry_key:  # one value per layout: views compare it, and it is asked every tick
+            self._geometry_key = key
+            self._geometry = replace(g, out_channels=out_c)
+        return self._geometry
 
     @property
     def scale(self) -> tuple[float, float]:

@@ -53,6 +53,7 @@ only through ``session_id``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import os
 import re
@@ -106,8 +107,9 @@ SHM_DIR = "/dev/shm"  # noqa: S108 - the POSIX shared-memory directory, not a te
 MAX_SEGMENT_BYTES = 4 << 30
 
 
+@functools.cache
 def platform_kind() -> str:
-    """Which shared-memory flavour this platform uses.
+    """Which shared-memory flavour this platform uses (decided once per process).
 
     Returns
     -------
