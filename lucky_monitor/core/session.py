@@ -430,12 +430,6 @@ class GridDisplay:
         return self._geometry
 
     @property
-    def small(self) -> bool:
-        """The whole grid at full size is cheaper to copy than to sample: always ``step`` 1 (the view scales it)."""
-        n, h, w, c = self.shape
-        return n * h * w * c <= self.FULL_COPY_BYTES
-
-    @property
     def scale(self) -> tuple[float, float]:
         """Grid pixels per display pixel ``(sx, sy)``."""
         _, h, w, _ = self.shape
@@ -712,7 +706,7 @@ class MonitorSession:
         self._view = view
         g = self._grid
         if g is not None:
-            step = 1 if view is None or g.small else view.step
+            step = 1 if view is None else view.step
             if min(step, g.shape[1], g.shape[2]) != g.step:
                 g.configure(self._display.columns if self._display_error is None else None, step)
         self._link.request_images()
@@ -907,7 +901,7 @@ class MonitorSession:
         self._bottom_up = h.bottom_up
         try:
             grid = GridDisplay(h.num_envs, h.image_height, h.image_width, h.image_channels)
-            err = grid.configure(self._display.columns, 1 if self._view is None or grid.small else self._view.step)
+            err = grid.configure(self._display.columns, 1 if self._view is None else self._view.step)
         except TilerError as exc:  # a grid too large to allocate: say so, show no images
             self._display_error = f"images not shown: {exc}"
             return

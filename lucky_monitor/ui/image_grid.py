@@ -302,7 +302,6 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._selection: tuple[int, ...] = ()
         self._extra_highlights: list[QtWidgets.QGraphicsRectItem] = []
         self._last_view: ViewRequest | None = None
-        self._smooth = False
         #: Showing a session's grid: where exact bytes come from (hover readouts, 1:1 view, saved PNGs).
         self.pixel_reader: Callable[[int, int, int], PixelReading | None] | None = None
         self.snapshot_source: Callable[[int | None], np.ndarray | None] | None = None
@@ -415,7 +414,9 @@ class ImageGridWidget(QtWidgets.QWidget):
                 if self._selected is not None and self._selected >= t.num_envs:
                     self._selected = None
             self._needs_fit = True
-        self._set_smooth()
+        # Downscaled by the session: let Qt smooth the last (< 2x) step of scaling too. Shown at or
+        # above its size: nearest, so each pixel stays a crisp square.
+        self.graphics.setRenderHint(QtGui.QPainter.RenderHint.SmoothPixmapTransform, image.step > 1)
         self._show()
         self.image_item.setRect(QtCore.QRectF(*image.display_rect()))
         self.set_meta(image.image_seq, image.image_frame_seq, torn)
@@ -628,19 +629,7 @@ class ImageGridWidget(QtWidgets.QWidget):
             view = ViewRequest(rect.left(), rect.top(), rect.right(), rect.bottom(), 1.0 / max(px[0], px[1]))
             if view != self._last_view:
                 self._last_view = view
-                self._set_smooth()
                 self.view_changed.emit(view)
-
-    def _set_smooth(self) -> None:
-        """Smooth scaling while pixels are drawn smaller than they are (no aliasing); nearest when
-        drawn at or above their size, so each pixel stays a crisp square."""
-        frame, view = self._frame, self._last_view
-        if frame is None or view is None:
-            return
-        smooth = view.screen_px * (frame.scale[0] if frame.step > 1 else 1.0) < 0.999
-        if smooth != self._smooth:
-            self._smooth = smooth
-            self.graphics.setRenderHint(QtGui.QPainter.RenderHint.SmoothPixmapTransform, smooth)
 
     @property
     def view_request(self) -> ViewRequest | None:
