@@ -164,21 +164,11 @@ class ImageFrame:
     options: DisplayOptions
     new: bool
 
-    @property
-    def pixel_format(self) -> str:
-        """How :attr:`grid`'s bytes are laid out: ``"bgrx"`` (B, G, R, 255: what Qt paints without a
-        conversion), ``"rgba"`` (alpha shown) or ``"rgb"``."""
-        if self.grid.shape[2] == 3:
-            return "rgb"
-        return "rgba" if self.options.show_alpha else "bgrx"
-
     def shown_tile(self, env: int) -> np.ndarray:
-        """``env``'s tile as shown, RGB (RGBA with alpha), from :attr:`grid` (downscaled by :attr:`step`;
-        tiles not in view are stale)."""
+        """``env``'s tile as it sits in :attr:`grid` (downscaled by :attr:`step`; tiles not in view are stale)."""
         g = self.display_layout
         x0, y0 = g.tile_origin(env)
-        tile = self.grid[y0 : y0 + g.height, x0 : x0 + g.width]
-        return tile[..., 2::-1] if self.pixel_format == "bgrx" else tile
+        return self.grid[y0 : y0 + g.height, x0 : x0 + g.width]
 
     def display_rect(self) -> tuple[float, float, float, float]:
         """Where :attr:`grid` goes in grid coordinates: ``(0, 0, width, height)`` scaled by :attr:`scale`."""
@@ -489,7 +479,6 @@ class GridDisplay:
             show_alpha=o.show_alpha,
             step=self.step,
             region=region,
-            bgrx=True,
         )
 
     def swap(self) -> None:

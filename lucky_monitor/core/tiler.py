@@ -314,7 +314,6 @@ class Tiler:
         allocate: bool = True,
     ) -> None:
         self._allocate = allocate  # False: plan the layout only (see :attr:`geometry`); tile() is unavailable
-        self._bgrx = False  # the grid's bytes are B, G, R, 255 (QImage.Format_RGB32 on little-endian)
         self.num_envs = _check_int("num_envs", num_envs, 1, MAX_ENVS)
         self.height = _check_int("height", height, 1, MAX_SIDE)
         self.width = _check_int("width", width, 1, MAX_SIDE)
@@ -437,7 +436,7 @@ class Tiler:
             return
 
         grid = np.empty((height, width, out_channels), np.uint8)
-        grid[..., :3] = self.gap_value[::-1] if self._bgrx else self.gap_value
+        grid[..., :3] = self.gap_value
         if out_channels == 4:
             grid[..., 3] = 255
         self.grid = grid
@@ -535,7 +534,6 @@ class Tiler:
         show_alpha: bool = False,
         step: int = 1,
         region: tuple[int, int, int, int] | None = None,
-        bgrx: bool = False,
     ) -> np.ndarray:
         """Copy one batch of images into :attr:`grid` and return it.
 
@@ -566,10 +564,6 @@ class Tiler:
         region : (r0, r1, c0, c1), optional
             Copy only the tiles in tile rows ``r0:r1`` and columns ``c0:c1``
             (those on screen); the others keep what they held.
-        bgrx : bool, optional
-            Without ``show_alpha``: a four-channel grid in the byte order B,
-            G, R, 255, which Qt paints without converting it
-            (``QImage.Format_RGB32`` on a little-endian machine).
 
         Returns
         -------
@@ -596,11 +590,8 @@ class Tiler:
         step = _check_int("step", step, 1, MAX_SIDE)
         src = self._source(images, step)
         fmt = self._resolve_format(src_format)
-        bgrx = bool(bgrx) and not show_alpha
-        out_c = 4 if show_alpha or bgrx else 3
-        if out_c != self._out_channels or bgrx != self._bgrx:
-            self._bgrx = bgrx
-            self._out_channels = 0  # re-plan: the fill depends on the byte order
+        out_c = 4 if show_alpha else 3
+        if out_c != self._out_channels:
             self._plan(self._columns_setting, out_c)
         if flip_rows:
             src = src[:, ::-1]
@@ -608,10 +599,6 @@ class Tiler:
         pairs: list[tuple[int | slice, int | slice]]
         if fmt is ImageFormat.GRAY:
             pairs = [(0, 0), (1, 0), (2, 0)]  # alpha, if shown, stays at the 255 it was allocated with
-        elif bgrx:
-            # B, G, R: a blue-first source (or a swapped red-first one) is already in that order.
-            same = fmt.blue_first != bool(swap_rb)
-            pairs = [(slice(0, 3), slice(0, 3))] if same else [(0, 2), (1, 1), (2, 0)]
         else:
             reverse = fmt.blue_first != bool(swap_rb)
             has_alpha = fmt.has_alpha

@@ -89,27 +89,6 @@ def _count(name: str, value: Any) -> int:
     return int(value)
 
 
-class _GridImageItem(pg.ImageItem):
-    """An ``ImageItem`` that paints a B, G, R, 255 grid as ``QImage.Format_RGB32``: no conversion per paint.
-
-    pyqtgraph wraps a four-channel array as RGBA8888, which Qt converts to its
-    native 32-bit format on every paint; the session's display buffer is
-    already in that byte order, so the QImage is made over it directly.
-    """
-
-    bgrx = False
-
-    def render(self) -> None:
-        img = self.image
-        if not self.bgrx or img is None or img.ndim != 3 or img.shape[2] != 4 or img.dtype != np.uint8:
-            super().render()
-            return
-        h, w = img.shape[:2]
-        self.qimage = QtGui.QImage(img.data, w, h, img.strides[0], QtGui.QImage.Format.Format_RGB32)
-        self._renderRequired = False
-        self._unrenderable = False
-
-
 class _EnvLabels(QtWidgets.QGraphicsItem):
     """Env index labels of the tiles in view, drawn at a fixed screen size.
 
@@ -226,7 +205,7 @@ class SingleEnvView(QtWidgets.QWidget):
         self.view_box: pg.ViewBox = self.graphics.addViewBox(lockAspect=True, invertY=True, enableMenu=False)
         self.view_box.setMouseEnabled(False, False)
         self.view_box.disableAutoRange()
-        self.image_item = _GridImageItem(axisOrder="row-major", autoDownsample=False)
+        self.image_item = pg.ImageItem(axisOrder="row-major", autoDownsample=False)
         self.view_box.addItem(self.image_item)
         self.view_box.sigResized.connect(self.set_native_scale)
         layout = QtWidgets.QVBoxLayout(self)
@@ -332,7 +311,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         self.graphics.ci.setContentsMargins(0, 0, 0, 0)
         self.view_box: pg.ViewBox = self.graphics.addViewBox(lockAspect=True, invertY=True)
         self.view_box.disableAutoRange()
-        self.image_item = _GridImageItem(axisOrder="row-major", autoDownsample=False)
+        self.image_item = pg.ImageItem(axisOrder="row-major", autoDownsample=False)
         self.view_box.addItem(self.image_item)
         self.labels = _EnvLabels(label_min_px, max_labels)
         self.labels.setZValue(10)
@@ -546,7 +525,6 @@ class ImageGridWidget(QtWidgets.QWidget):
             return
         frame = self._frame
         grid = frame.grid if frame is not None else t.grid  # type: ignore[union-attr]
-        self.image_item.bgrx = frame is not None and frame.pixel_format == "bgrx"
         self.image_item.setImage(grid, autoLevels=False)
         if frame is None:
             self.image_item.setRect(QtCore.QRectF(0, 0, grid.shape[1], grid.shape[0]))

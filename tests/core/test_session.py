@@ -76,7 +76,7 @@ def test_tick_is_one_consistent_snapshot(engines) -> None:
     assert tick.state is LinkState.FREE_RUNNING and tick.attached
     assert tick.header is not None and tick.header.num_envs == 6
     assert tick.live is not None and tick.live.frame_seq >= 1 and tick.live.turn == "free-run"
-    assert tick.image.grid.shape[2] == 4 and tick.image.pixel_format == "bgrx" and not tick.image.grid.flags.writeable
+    assert tick.image.grid.shape[2] == 3 and not tick.image.grid.flags.writeable
     assert tick.engine_alive is True and tick.trainer_alive is None
     assert tick.history is not None and tick.history.num_envs == 6
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -209,8 +209,7 @@ def test_display_options_are_plain_values_applied_at_the_next_step(engines) -> N
     assert t.image is not None and t.image.new and t.image.layout.columns == 1
     assert t.image.options.swap_rb
     reading = s.read_pixel(0, 0, 0)
-    assert t.image.pixel_format == "bgrx"  # B, G, R, 255: what Qt paints without a conversion
-    shown = t.image.shown_tile(0)[0, 0].tolist()
+    shown = t.image.grid[0, 0].tolist()
     assert reading is not None and reading.format == "rgb" and list(reading.shown) == shown
     assert list(reading.stored) == shown[::-1]
     assert reading.stored == tuple(int(v) for v in eng.seg.images[0, 0, 0])

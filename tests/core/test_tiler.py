@@ -350,19 +350,3 @@ def test_geometry_is_a_value_with_the_tilers_layout() -> None:
     assert g.tiles_in(0, 0, 1, 1, margin=0) == (0, 1, 0, 1)
     assert g.tiles_in(-50, -50, 1e6, 1e6) == (0, 3, 0, 3)
     assert g.tiles_in(8, 7, 8, 7, margin=1) == (0, 3, 0, 3)
-
-
-@pytest.mark.parametrize(
-    ("fmt", "swap"), [("rgb", False), ("bgr", False), ("rgb", True), ("rgba", False), ("gray", False)]
-)
-def test_bgrx_grid_is_the_rgb_grid_in_qt_byte_order(fmt, swap) -> None:
-    rng = np.random.default_rng(6)
-    c = {"rgb": 3, "bgr": 3, "rgba": 4, "gray": 1}[fmt]
-    images = rng.integers(0, 256, (5, 6, 7, c), dtype=np.uint8)
-    rgb = Tiler(5, 6, 7, c, columns=2, gap=1, gap_value=(10, 20, 30))
-    rgb.tile(images, src_format=fmt, swap_rb=swap)
-    x = Tiler(5, 6, 7, c, columns=2, gap=1, gap_value=(10, 20, 30))
-    x.tile(images, src_format=fmt, swap_rb=swap, bgrx=True)
-    assert x.grid.shape[2] == 4
-    np.testing.assert_array_equal(x.grid[..., 2::-1], rgb.grid)  # B, G, R read backwards = R, G, B, gaps too
-    assert (x.grid[..., 3] == 255).all()
