@@ -70,6 +70,7 @@ __all__ = [
     "CommandsState",
     "DisplayOptions",
     "FrameData",
+    "GridDisplay",
     "ImageFrame",
     "LinkState",
     "LiveFields",
@@ -79,6 +80,7 @@ __all__ = [
     "Tick",
     "ToolsState",
     "TrafficStats",
+    "ViewRequest",
     "validate_name",
 ]
 
@@ -565,6 +567,7 @@ class MonitorSession:
         self._traffic: TrafficLog | None = None
         self._grid: GridDisplay | None = None
         self._view: ViewRequest | None = None
+        self._last_image: ImageFrame | None = None  # the image shown by the last Tick (its counters carry over)
         self._display = DisplayOptions()
         self._src_format = "auto"
         self._bottom_up = False
@@ -1125,8 +1128,6 @@ class MonitorSession:
             traffic_stats=self._traffic_stats(),
             paused=self._paused,
         )
-
-    _last_image: ImageFrame | None = None
 
     def _traffic_stats(self) -> TrafficStats:
         return TrafficStats() if self._traffic is None else TrafficStats.of(self._traffic)
