@@ -662,7 +662,8 @@ class MonitorSession:
         elif new_image:
             self._last_copy_error = None
         traffic: tuple[TrafficEntry, ...] = ()
-        if self._traffic is not None and self._link.live is not None:
+        seg = self._link.segment
+        if self._traffic is not None and self._link.live is not None and seg is not None and seg.backed():
             traffic = tuple(self._traffic.poll())
         if self._want_tools:
             self._service_tools(now)
@@ -926,6 +927,10 @@ class MonitorSession:
     # ------------------------------------------------------------ internals: tools
     def _service_tools(self, now: float) -> None:
         seg = self._link.segment
+        if self._chan is not None and not self._chan.intact():
+            # The segment shrank under us: any touch of the tools mapping would be a SIGBUS.
+            self._drop_channel("segment shrank")
+            return
         if self._client is not None:
             self._collect()
         elif seg is not None and self._tools.exported and now >= self._next_claim:
@@ -970,6 +975,14 @@ class MonitorSession:
             self._client = CommandClient(chan, timeout_s=self._timeout, clock=self.clock)
             self._tools = ToolsState(True, True, self._tools_pid, "", ring)
 
+    def _drop_channel(self, why: str) -> None:
+        """Forget a channel whose mapping must not be touched again: fail what is in flight, write nothing."""
+        chan = self._chan
+        self._chan = None
+        if chan is not None:
+            chan.abandon()
+        self._release(why)
+
     def _release(self, why: str) -> None:
         """Fail what is in flight, give the tools channel back, forget the client."""
         pending, self._pending = self._pending, {}
@@ -984,6 +997,8 @@ class MonitorSession:
             self._tools = replace(self._tools, ours=False, owner_pid=0, reason="tools channel not claimed yet")
 
     def _send(self, kind: str, target: int, method: MethodId, payload: object) -> int | None:
+        if self._chan is not None and not self._chan.intact():
+            self._drop_channel("segment shrank")
         if self._client is None:
             reason = self._tools.reason or "tools channel unavailable"
             self._results.append(CommandResult(kind, target, "error", f"error: {reason}"))

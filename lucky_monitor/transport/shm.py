@@ -598,6 +598,22 @@ class _Mapped:
                 return f"segment shrank to {size} bytes (needs {self._need})"
         return None
 
+    def backed(self) -> bool:
+        """Whether the file still backs every byte this segment needs (one ``fstat``; cheap).
+
+        A narrower, faster check than :meth:`still_valid` for right before a
+        read of a region: reading a mapping past the end of a shrunk file is a
+        SIGBUS.
+        """
+        if self._closed:
+            return False
+        if self._fd is None:
+            return True
+        try:
+            return os.fstat(self._fd).st_size >= self._need
+        except OSError:
+            return False
+
     def still_valid(self) -> str | None:
         """Check, without touching any region, that the mapping still shows the live segment.
 

@@ -84,6 +84,8 @@ class ToolsChannel:
     pid: int  # set by claim()
 
     def __init__(self) -> None:  # use claim()
+        self._fd: int | None = None  # kept open: the file's size is checked before every touch
+        self._need = 0  # bytes the file must have for the tools mapping to be backed
         self._mm: Any = None
         self._claimed = False
         self._own_segment: Segment | None = None
@@ -149,9 +151,12 @@ class ToolsChannel:
                 raise SegmentGone(f"{seg.name}: segment recreated since attach")
             self.ring_size = h.tools_ring_size
             self._mm = _map(seg.name, opened, tools_region_size(h.tools_ring_size), write=True, offset=h.tools_offset)
+            self._need = h.tools_offset + tools_region_size(h.tools_ring_size)
+            if opened.fd is not None:
+                self._fd, opened.fd = opened.fd, None
         finally:
             if opened.fd is not None:
-                os.close(opened.fd)  # the mapping keeps its own reference
+                os.close(opened.fd)
         self.buf = memoryview(self._mm)
 
     def _owner_view(self) -> Any:
@@ -171,6 +176,22 @@ class ToolsChannel:
         raise ToolsChannelBusy(seen)
 
     # ------------------------------------------------------------ state
+    def intact(self) -> bool:
+        """Whether the file behind the tools mapping still backs all of it (one ``fstat``).
+
+        Touching a mapping past the end of a file that shrank is a SIGBUS,
+        which Python cannot catch: check this right before every access, and
+        once it is ``False`` only :meth:`abandon` the channel.
+        """
+        if self._mm is None:
+            return False
+        if self._fd is None:
+            return True  # no file to check (Windows): a named mapping cannot shrink
+        try:
+            return os.fstat(self._fd).st_size >= self._need
+        except OSError:
+            return False
+
     @property
     def owner_pid(self) -> int:
         """Current value of the owner word (0 once released)."""
@@ -206,11 +227,20 @@ class ToolsChannel:
 
     # ------------------------------------------------------------ release
     def release(self) -> None:
-        """Give the channel back (owner ``pid -> 0`` if still ours) and unmap. Idempotent."""
-        if self._claimed and self._mm is not None:
+        """Give the channel back (owner ``pid -> 0`` if still ours) and unmap. Idempotent.
+
+        When the file no longer backs the mapping (the segment shrank) nothing
+        is written: the owner word is gone with the file anyway.
+        """
+        if self._claimed and self._mm is not None and self.intact():
             self._claimed = False
             with contextlib.suppress(ValueError, BufferError), self._owner_view() as owner:
                 owner.cmpxchg_strong(expected=self.pid, desired=0)
+        self._claimed = False
+        self._unmap()
+
+    def abandon(self) -> None:
+        """Unmap without touching the mapping (its file shrank or is gone). Idempotent."""
         self._claimed = False
         self._unmap()
 
@@ -231,6 +261,10 @@ class ToolsChannel:
         seg, self._own_segment = self._own_segment, None
         if seg is not None:
             seg.close()
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def __enter__(self) -> ToolsChannel:
         return self
