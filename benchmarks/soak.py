@@ -1,0 +1,119 @@
+"""Soak: the monitor window beside a fast engine and a trainer for minutes; memory and losses over time.
+
+The reference engine runs ``--fast`` with 256 envs and 64x64 RGB images, the
+reference trainer steps it in lock-step as fast as it can, and the real window
+(``python -m lucky_monitor --shm NAME --stats-json F --quit-after S``,
+offscreen, settings in a temporary HOME) follows it. Every ``--every`` seconds
+the window's resident memory (``VmRSS`` from ``/proc``) is sampled. At the end
+one JSON line reports:
+
+* ``rss_mib`` - the samples; ``rss_growth_pct_after_first_minute`` - growth of
+  the last sample over the first sample taken after one minute (target < 5 %);
+* from the window's ``--stats-json``: frames published vs seen, images
+  published vs presented, late ticks, tick p50/p90, its CPU;
+* the engine's and trainer's CPU over the run, and the machine's load average.
+
+Usage::
+
+    python benchmarks/soak.py [--minutes M] [--every S]
+
+The default is 30 minutes with a sample every 30 s; ``--minutes 3 --every 10``
+is a quick look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import child, emit, first_line, lucky, machine_facts, process_cpu_seconds
+
+
+def rss_mib(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024.0, 1)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=30.0, help="length of the soak (default 30)")
+    p.add_argument("--every", type=float, default=30.0, help="seconds between memory samples (default 30)")
+    args = p.parse_args(argv)
+    seconds = args.minutes * 60.0
+    facts = machine_facts()
+    name = f"LuckyEngine_soak_{os.getpid()}_{secrets.token_hex(3)}"
+    with tempfile.TemporaryDirectory(prefix="soak_") as work:
+        stats_path = os.path.join(work, "stats.json")
+        env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HOME": work, "XDG_CONFIG_HOME": work}
+        sim_argv = lucky("sim", "--name", name, "--envs", "256", "--image", "64x64", "--fast")
+        with child(sim_argv, stderr_path=os.path.join(work, "sim.err")) as sim:
+            if first_line(sim) != name:
+                raise SystemExit("the engine announced another segment")
+            train_argv = lucky("train", "--shm", name, "--quiet")
+            with child(train_argv, stderr_path=os.path.join(work, "train.err")) as trainer:
+                win_argv = lucky("--shm", name, "--stats-json", stats_path, "--quit-after", str(seconds))
+                with child(win_argv, env=env, stderr_path=os.path.join(work, "window.err")) as win:
+                    t0 = time.monotonic()
+                    cpu0 = {k: process_cpu_seconds(pr.pid) for k, pr in (("engine", sim), ("trainer", trainer))}
+                    samples: list[tuple[float, float | None]] = []
+                    while win.poll() is None and time.monotonic() - t0 < seconds + 60:
+                        samples.append((round(time.monotonic() - t0, 1), rss_mib(win.pid)))
+                        deadline = time.monotonic() + args.every
+                        while win.poll() is None and time.monotonic() < deadline:
+                            time.sleep(0.5)
+                    win.wait(timeout=60)
+                    wall = time.monotonic() - t0
+                    cpu1 = {k: process_cpu_seconds(pr.pid) for k, pr in (("engine", sim), ("trainer", trainer))}
+        stats: dict[str, Any] = {}
+        if os.path.exists(stats_path):
+            with open(stats_path, encoding="utf-8") as f:
+                stats = json.load(f)
+    valid = [(t, r) for t, r in samples if r is not None]
+    after = [r for t, r in valid if t >= 60.0]
+    growth = round(100.0 * (after[-1] - after[0]) / after[0], 2) if len(after) >= 2 else None
+
+    def pct(key: str) -> float | None:
+        a, b = cpu0.get(key), cpu1.get(key)
+        return None if a is None or b is None else round(100.0 * (b - a) / wall, 1)
+
+    emit(
+        {
+            "benchmark": "soak",
+            "minutes": args.minutes,
+            "setting": "sim --fast --envs 256 --image 64x64 + train; window offscreen, default budget",
+            "rss_mib": valid,
+            "rss_growth_pct_after_first_minute": growth,
+            "target": "rss growth < 5 % after the first minute; nothing lost",
+            "window_exit": win.returncode,
+            "frames_published": stats.get("frames_published"),
+            "frames_seen": stats.get("frames_seen"),
+            "images_published": stats.get("images_published"),
+            "images_presented": stats.get("images_presented"),
+            "late_ticks": stats.get("late_ticks"),
+            "ticks": stats.get("ticks"),
+            "tick_ms_p50": stats.get("tick_ms_p50"),
+            "tick_ms_p90": stats.get("tick_ms_p90"),
+            "monitor_cpu_pct": round(100.0 * stats["cpu_s"] / stats["wall_s"], 1) if stats.get("wall_s") else None,
+            "engine_cpu_pct": pct("engine"),
+            "trainer_cpu_pct": pct("trainer"),
+        },
+        facts={**facts, "load_average": machine_facts()["load_average"]},
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
