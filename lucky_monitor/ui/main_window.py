@@ -149,6 +149,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
         # --- status bar: the state, large, in its colour
         self.state_label = QtWidgets.QLabel("searching")
+        self.state_label.setTextFormat(QtCore.Qt.TextFormat.PlainText)  # reasons carry engine text: never markup
         font = self.state_label.font()
         font.setPointSizeF(font.pointSizeF() * 1.3)
         font.setBold(True)

@@ -136,7 +136,7 @@ def test_a_reused_pid_with_a_frozen_heartbeat_is_not_live(segment_factory, prefi
     now = time.time()
     os.utime(live.path, (now, now - 100))
     os.utime(frozen.path, (now, now))
-    assert [i.name for i in list_segments(prefix)][0] == frozen.name  # newest first ...
+    assert list_segments(prefix)[0].name == frozen.name  # newest first ...
     assert newest_live(prefix).name == live.name  # ... but not live
 
 
