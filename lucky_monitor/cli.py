@@ -26,7 +26,7 @@ from typing import Any
 from . import __version__
 from .core.conformance import FAIL, NA, PASS, SKIPPED, heartbeat_age, run_check
 from .core.conformance import RuleResult as RuleResult  # re-exported: run_check's result type
-from .core.text import ago_text, bytes_text, ms_text
+from .core.text import ago_text, bytes_text, ms_text, safe_text
 from .protocol import header as hdr
 from .protocol.enums import EngineState, GpuObsMode, Mode, Service, SimMode
 from .protocol.errors import (
@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     add_window_arguments(parser)
+    add_allow_other_user_argument(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for cmd in _COMMANDS:
         sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
@@ -120,6 +121,16 @@ def add_window_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="at exit, write what the window did (ticks, frames and images published/seen/presented, "
         "tick time, CPU) to FILE as JSON",
+    )
+
+
+def add_allow_other_user_argument(p: argparse.ArgumentParser) -> None:
+    """``--allow-other-user``: attach to a segment another user owns (refused by default)."""
+    p.add_argument(
+        "--allow-other-user",
+        action="store_true",
+        help="attach to a segment owned by another user (refused by default: its text and values "
+        "come from that user, and the tools channel writes into that user's engine)",
     )
 
 
@@ -170,8 +181,13 @@ def _join_vector_values(argv: list[str]) -> list[str]:
     return out
 
 
+#: The longest error line printed (an engine's error text can be any length).
+_ERROR_LIMIT = 1000
+
+
 def _error(message: str) -> None:
-    print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    text = safe_text(" ".join(str(message)[: _ERROR_LIMIT * 4].split()), _ERROR_LIMIT)
+    print(f"{PROG}: error: {text}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,14 +240,15 @@ def _name_arg(p: argparse.ArgumentParser) -> None:
         "name", nargs="?", metavar="NAME", help="segment name, e.g. LuckyEngine_1234 (default: the newest live one)"
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_allow_other_user_argument(p)
 
 
-def _resolve(name: str | None) -> str:
+def _resolve(name: str | None, *, allow_other_user: bool = False) -> str:
     if name is not None:
         return name
     from .transport.discovery import DEFAULT_PREFIX, newest_live
 
-    info = newest_live()
+    info = newest_live(allow_other_user=allow_other_user)
     if info is None:
         raise SegmentNotFound(f"no live {DEFAULT_PREFIX}* segment; give a NAME")
     return info.name
@@ -273,11 +290,20 @@ def _cmd_list(args: argparse.Namespace) -> int:
     rows = [head]
     for i in infos:
         if i.error is not None:
-            rows.append((i.name, "-", "-", "-", bytes_text(i.size), ago_text(now, i.mtime), f"invalid: {i.error}"))
+            rows.append(
+                (i.name, "-", "-", "-", bytes_text(i.size), ago_text(now, i.mtime), f"invalid: {safe_text(i.error)}")
+            )
             continue
         server = f"{i.server_pid} {'alive' if i.server_alive else 'dead'}"
         client = "none" if i.client_pid == 0 else f"{i.client_pid} {'alive' if i.client_alive else 'dead'}"
-        status = "live" if i.server_alive else "stale (engine gone)"
+        if i.engine_live:
+            status = "live"
+        elif not i.server_alive:
+            status = "stale (engine gone)"
+        elif i.heartbeat_age_s is None:
+            status = "stale (no heartbeat)"
+        else:
+            status = f"stale (heartbeat {i.heartbeat_age_s:.0f} s old)"
         rows.append(
             (i.name, server, client, str(i.num_envs), bytes_text(i.size), ago_text(now, i.started or 0.0), status)
         )
@@ -369,8 +395,8 @@ def _fmt_field(name: str, value: Any) -> str:
 def _cmd_info(args: argparse.Namespace) -> int:
     from .transport.shm import Segment
 
-    name = _resolve(args.name)
-    with Segment.attach(name) as seg:
+    name = _resolve(args.name, allow_other_user=args.allow_other_user)
+    with Segment.attach(name, allow_other_user=args.allow_other_user) as seg:
         fields = seg.header.to_dict()
         derived = _derived(seg)
     if args.json:
@@ -445,8 +471,8 @@ def _check_args(p: argparse.ArgumentParser) -> None:
 
 @subcommand("check", "check a segment against every conformance rule; exit 0 only if all pass", _check_args)
 def _cmd_check(args: argparse.Namespace) -> int:
-    name = _resolve(args.name)
-    results, err = run_check(name, image_wait_s=max(0.0, args.image_wait))
+    name = _resolve(args.name, allow_other_user=args.allow_other_user)
+    results, err = run_check(name, image_wait_s=max(0.0, args.image_wait), allow_other_user=args.allow_other_user)
     counts = {s: sum(r.status == s for r in results) for s in (PASS, FAIL, SKIPPED, NA)}
     ok = err is None and counts[FAIL] == 0 and counts[SKIPPED] == 0
     if args.json:
@@ -549,6 +575,7 @@ def _draw_args(p: argparse.ArgumentParser) -> None:
         sp.add_argument("--color", default="1,0.2,0.2,1", metavar="R,G,B[,A]", help="components 0..1")
         sp.add_argument("--clear", action="store_true", help="set clear_previous: erase earlier drawings first")
     p.add_argument("--timeout", type=_positive_float, default=2.0, help="seconds to wait for the reply")
+    add_allow_other_user_argument(p)
 
 
 @subcommand("draw", "send a debug-draw command to an engine over the tools channel", _draw_args)
@@ -588,7 +615,10 @@ def _cmd_draw(args: argparse.Namespace) -> int:
         encode(Envelope(method=MethodId.DrawReq, correlation_id=0, payload=req))
     except EnvelopeError as exc:
         raise UsageError(f"draw: {str(exc).removeprefix('cannot encode envelope: ')}") from None
-    with Segment.attach(args.name) as seg, ToolsChannel.claim(seg) as channel:
+    with (
+        Segment.attach(args.name, allow_other_user=args.allow_other_user) as seg,
+        ToolsChannel.claim(seg, allow_other_user=args.allow_other_user) as channel,
+    ):
         resp, rtt = CommandClient(channel, timeout_s=args.timeout).request(MethodId.DrawReq, req)
     ok = getattr(resp.payload, "success", False)
     print(f"{'success' if ok else 'refused'} (round trip {ms_text(rtt, 2)})")

@@ -80,6 +80,11 @@ def add_watch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per line (keys in the README)")
     p.add_argument("--seconds", type=_positive, default=None, help="stop after this many seconds (exit 0)")
     p.add_argument("--interval", type=_positive, default=1.0, help="seconds between summaries (default 1)")
+    p.add_argument(
+        "--allow-other-user",
+        action="store_true",
+        help="follow a segment owned by another user (refused by default)",
+    )
 
 
 def _positive(text: str) -> float:
@@ -246,7 +251,14 @@ def run_watch(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     name = args.name or os.environ.get("LUCKY_SHM_NAME") or None
     if name is not None:
         validate_name(name)
-    session = MonitorSession(name, tools=False, images=False, discover=False, traffic=False)
+    session = MonitorSession(
+        name,
+        tools=False,
+        images=False,
+        discover=False,
+        traffic=False,
+        allow_other_user=bool(getattr(args, "allow_other_user", False)),
+    )
     watcher = Watcher(out or sys.stdout, json_lines=args.json, interval=args.interval)
     stop = {"now": False}
 

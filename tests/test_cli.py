@@ -58,17 +58,27 @@ def one_error_line(err: str) -> str:
 def test_list_table_and_json(segment_factory, capsys) -> None:
     prefix = f"LuckyEngine_cli_{os.getpid()}_{uuid.uuid4().hex[:6]}_"
     live = segment_factory(prefix + "live")
+    live.set("heartbeat_ns", time.monotonic_ns())
     stale = segment_factory(prefix + "stale", server_pid=dead_pid())
+    # The engine died and its pid went to an unrelated live process; the heartbeat stopped 10 s ago.
+    reused = segment_factory(prefix + "reused", server_pid=os.getppid())
+    reused.set("heartbeat_ns", time.monotonic_ns() - 10 * 10**9)
     assert main(["list", "--prefix", prefix]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:3] == ["NAME", "SERVER", "CLIENT"]
-    assert f"{live.name} " in out and "live" in out
-    assert f"{stale.name} " in out and "stale (engine gone)" in out
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert rows[live.name].endswith("  live")
+    assert rows[stale.name].endswith("stale (engine gone)")
+    assert f"{os.getppid()} alive" in rows[reused.name] and rows[reused.name].endswith("stale (heartbeat 10 s old)")
     assert main(["list", "--prefix", prefix, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     by_name = {d["name"]: d for d in data}
     assert by_name[live.name]["server_alive"] is True and by_name[live.name]["error"] is None
-    assert by_name[stale.name]["server_alive"] is False
+    assert by_name[live.name]["engine_live"] is True and 0 <= by_name[live.name]["heartbeat_age_s"] < 2
+    assert by_name[stale.name]["server_alive"] is False and by_name[stale.name]["engine_live"] is False
+    assert by_name[reused.name]["server_alive"] is True and by_name[reused.name]["engine_live"] is False
+    assert abs(by_name[reused.name]["heartbeat_age_s"] - 10) < 1
+    assert by_name[live.name]["owner_uid"] == os.geteuid()
     assert set(data[0]) == {
         "name",
         "path",
@@ -82,6 +92,9 @@ def test_list_table_and_json(segment_factory, capsys) -> None:
         "session_id",
         "error",
         "started",
+        "owner_uid",
+        "heartbeat_age_s",
+        "engine_live",
     }
     assert main(["list", "--prefix", prefix + "nothing"]) == 0
     assert "no " in capsys.readouterr().out
@@ -148,10 +161,10 @@ def test_info_defaults_to_the_newest_live_segment(segment_factory, capsys, monke
 
     eng = segment_factory()
     info = disc.SegmentInfo(eng.name, eng.path, 0, 0.0, os.getpid(), True, 0, False, 4, 1, None)
-    monkeypatch.setattr(disc, "newest_live", lambda prefix=disc.DEFAULT_PREFIX: info)
+    monkeypatch.setattr(disc, "newest_live", lambda prefix=disc.DEFAULT_PREFIX, **kw: info)
     assert main(["info", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["session_id"] == eng.header.session_id
-    monkeypatch.setattr(disc, "newest_live", lambda prefix=disc.DEFAULT_PREFIX: None)
+    monkeypatch.setattr(disc, "newest_live", lambda prefix=disc.DEFAULT_PREFIX, **kw: None)
     assert main(["info"]) == 5
     assert "no live" in one_error_line(capsys.readouterr().err)
 

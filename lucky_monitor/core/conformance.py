@@ -525,7 +525,9 @@ def evaluate(subject: Subject, rules: Sequence[Rule] = RULES) -> list[RuleResult
     return out
 
 
-def run_check(name: str, *, image_wait_s: float = 0.25) -> tuple[list[RuleResult], HeaderError | None]:
+def run_check(
+    name: str, *, image_wait_s: float = 0.25, allow_other_user: bool = False
+) -> tuple[list[RuleResult], HeaderError | None]:
     """Evaluate every conformance rule on segment ``name``.
 
     Parameters
@@ -534,6 +536,9 @@ def run_check(name: str, *, image_wait_s: float = 0.25) -> tuple[list[RuleResult
         The segment name.
     image_wait_s
         How long ``image_seq`` may stay odd before "image_seq even" fails.
+    allow_other_user
+        Check a segment owned by another user too (refused by default, before
+        any rule runs).
 
     Returns
     -------
@@ -546,10 +551,13 @@ def run_check(name: str, *, image_wait_s: float = 0.25) -> tuple[list[RuleResult
     ------
     InvalidSegmentName, SegmentNotFound, TransportError
         The segment cannot be opened at all.
+    ForeignSegment
+        It is owned by another user and ``allow_other_user`` is false.
     """
-    from ..transport.shm import Segment, peek_header
+    from ..transport.shm import Segment, check_owner, peek_header, segment_owner
 
     try:
+        check_owner(name, segment_owner(name), allow_other_user=allow_other_user)
         raw, size, _ = peek_header(name)
     except TruncatedSegment as exc:
         blank = Header.unpack(bytes(HEADER_SIZE))
@@ -560,6 +568,6 @@ def run_check(name: str, *, image_wait_s: float = 0.25) -> tuple[list[RuleResult
     except HeaderError as exc:
         subject.error = exc
         return evaluate(subject), exc
-    with Segment.attach(name) as seg:
+    with Segment.attach(name, allow_other_user=allow_other_user) as seg:
         subject.seg = seg
         return evaluate(subject), None

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..protocol.enums import EngineState
-from ..protocol.errors import HeaderError, LuckyMonitorError
+from ..protocol.errors import ForeignSegment, HeaderError, LuckyMonitorError
 from ..protocol.header import Header
 from ..protocol.seqlock import hot_read, seqlock_read
 from ..transport.discovery import newest_live, pid_alive
@@ -161,6 +161,9 @@ class MonitorCore:
         attached) before the link is reported stalled.
     clock
         Monotonic seconds; injectable for tests.
+    allow_other_user
+        Attach to (and, following the newest, consider) segments owned by
+        another user; refused by default.
     """
 
     RETRY_S = 0.5
@@ -175,8 +178,10 @@ class MonitorCore:
         image_sink: ImageSink | None = None,
         stall_after: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        allow_other_user: bool = False,
     ) -> None:
         self.name = name
+        self.allow_other_user = allow_other_user
         self.prefix = prefix
         self.image_sink = image_sink
         self.stall_after = stall_after
@@ -263,15 +268,17 @@ class MonitorCore:
     def _try_attach(self, now: float) -> bool:
         name = self.name
         if name is None:
-            info = newest_live(self.prefix)
+            info = newest_live(self.prefix, allow_other_user=self.allow_other_user)
             if info is None:
                 self._set(LinkState.SEARCHING, self._searching_text())
                 return False
             name = info.name
         try:
-            seg = Segment.attach(name)
+            seg = Segment.attach(name, allow_other_user=self.allow_other_user)
         except LuckyMonitorError as exc:
-            if isinstance(exc, HeaderError):
+            if isinstance(exc, ForeignSegment):
+                self._set(LinkState.INCOMPATIBLE, f"{name}: another user's segment", str(exc))
+            elif isinstance(exc, HeaderError):
                 self._set(LinkState.INCOMPATIBLE, f"{name}: incompatible", str(exc))
             else:
                 self._set(LinkState.SEARCHING, self._searching_text(), str(exc))

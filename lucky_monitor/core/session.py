@@ -18,7 +18,11 @@ A view (the window, ``lucky-monitor watch``, a test) calls
    command rings, collects command replies, sends a due repeated draw, and
    refreshes the segment list once a second;
 4. returns a frozen :class:`Tick`: everything a view shows, read at one
-   instant. Arrays inside it are the session's own buffers, valid until the
+   instant. Every string in it that can carry text from the segment (the
+   state's text and reason, command results, the tools reason, segment
+   names and errors, traffic errors) has passed through
+   :func:`~lucky_monitor.core.text.safe_text`: bounded, control characters
+   escaped; views show it as plain text. Arrays inside it are the session's own buffers, valid until the
    next ``step``; a view copies what it keeps.
 
 Writes go only through session methods (:meth:`switch`,
@@ -61,7 +65,7 @@ from . import drawing
 from .commands import CommandClient, Reply
 from .history import History
 from .monitor import Counters, LinkState, MonitorCore, Rates
-from .text import ms_text
+from .text import ms_text, safe_text
 from .tiler import GridGeometry, Tiler, TilerError
 from .traffic import TapStats, TrafficEntry, TrafficLog
 
@@ -519,6 +523,9 @@ class MonitorSession:
         The pid written into the tools channel's owner word (default: this process).
     stall_after
         Seconds without a heartbeat before the link reads *stalled*.
+    allow_other_user
+        Attach to a segment owned by another user (and claim its tools
+        channel); refused by default, with a reason naming the owner.
     clock
         Monotonic seconds, used when ``step`` is called without ``now``.
     """
@@ -540,11 +547,17 @@ class MonitorSession:
         tools_pid: int | None = None,
         stall_after: float = 2.0,
         poll_hz: float = 60.0,
+        allow_other_user: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.clock = clock
         self._link = MonitorCore(
-            name, prefix=prefix, image_sink=self._sink if images else None, stall_after=stall_after, clock=clock
+            name,
+            prefix=prefix,
+            image_sink=self._sink if images else None,
+            stall_after=stall_after,
+            clock=clock,
+            allow_other_user=allow_other_user,
         )
         self._link.copy_images = images
         self._link.on_attach = self._configure_grid
@@ -1040,12 +1053,12 @@ class MonitorSession:
         wall = time.time()
         rows = tuple(
             SegmentEntry(
-                i.name,
+                safe_text(i.name),
                 i.server_pid,
-                i.error is None and i.server_alive,
+                i.error is None and i.engine_live,  # a live pid with a frozen heartbeat is not live
                 i.num_envs,
                 None if i.started is None else max(0.0, wall - i.started),
-                i.error,
+                None if i.error is None else safe_text(i.error),
             )
             for i in list_segments(self._link.prefix)
         )
@@ -1102,7 +1115,14 @@ class MonitorSession:
                 new=new_image,
             )
         self._last_image = image
-        results, self._results = tuple(self._results), []
+        results = tuple(
+            r if r.text.isprintable() and len(r.text) <= 200 else replace(r, text=safe_text(r.text))
+            for r in self._results
+        )
+        self._results = []
+        tools = self._tools
+        if not (tools.reason.isprintable() and len(tools.reason) <= 200):
+            tools = replace(tools, reason=safe_text(tools.reason))
         pend = self._pending.values()
         commands = CommandsState(
             pending_services=frozenset(t for k, t in pend if k == "service"),
@@ -1117,9 +1137,9 @@ class MonitorSession:
             seq=self._seq,
             generation=link.generation,
             state=st.state,
-            text=st.text,
-            reason=st.reason,
-            notice=st.notice,
+            text=safe_text(st.text),
+            reason=None if st.reason is None else safe_text(st.reason),
+            notice=None if st.notice is None else safe_text(st.notice),
             name=st.name,
             selected=link.name,
             header=self._header,
@@ -1134,7 +1154,7 @@ class MonitorSession:
             image=image,
             display_error=self._last_copy_error or self._display_error,
             history=self.history if self._header is not None else None,
-            tools=self._tools,
+            tools=tools,
             results=results,
             commands=commands,
             segments=self._segments,

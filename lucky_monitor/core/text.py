@@ -3,18 +3,82 @@
 Every function takes ``None`` (or a value that is not a finite number) for
 "unknown" and answers :data:`DASH`, so a readout never shows ``0.0 ms`` or
 ``nan`` for something nobody measured. None of them raises for any input.
+
+Text that comes from a segment (an envelope's error string, a reason built
+from what the engine wrote) passes through :func:`safe_text` before any view
+shows it: bounded in length, every control or otherwise unprintable
+character escaped, so it is shown as exactly the characters it is (views
+show it as plain text, never as markup).
 """
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["DASH", "age_text", "ago_text", "bytes_text", "ms_text"]
+__all__ = ["DASH", "SAFE_TEXT_LIMIT", "age_text", "ago_text", "bytes_text", "ms_text", "safe_text"]
 
 #: What a readout shows for a value that is unknown or not measured.
 DASH = "—"
 
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+#: The default bound of :func:`safe_text`, in characters.
+SAFE_TEXT_LIMIT = 200
+_ELLIPSIS = "…"
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(ch: str) -> str:
+    named = _NAMED_ESCAPES.get(ch)
+    if named is not None:
+        return named
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def safe_text(text: object, limit: int = SAFE_TEXT_LIMIT) -> str:
+    """``text`` made fit for a view: unprintable characters escaped, at most ``limit`` characters.
+
+    Control characters become ``\\n``, ``\\r``, ``\\t`` or ``\\xNN``; other
+    characters Python does not call printable (line and paragraph separators,
+    bidirectional overrides, unassigned code points) ``\\uNNNN``. A text longer
+    than ``limit`` after escaping is cut, never inside an escape, and ends in
+    ``…``. Cost is bounded by ``limit``, not by the length of ``text``.
+
+    Parameters
+    ----------
+    text
+        Any value; not a ``str`` is shown through ``str()`` (``None`` as ``""``).
+    limit
+        The most characters returned (at least 1).
+
+    Returns
+    -------
+    str
+    """
+    if text is None:
+        return ""
+    s = text if isinstance(text, str) else str(text)
+    limit = max(1, int(limit))
+    if len(s) <= limit and s.isprintable():
+        return s
+    out: list[str] = []
+    used = 0
+    for ch in s[: limit + 1]:
+        piece = ch if ch.isprintable() else _escape(ch)
+        if used + len(piece) > limit:
+            break
+        out.append(piece)
+        used += len(piece)
+    else:  # every character fitted (more than ``limit`` of them would not)
+        return "".join(out)
+    while out and used + len(_ELLIPSIS) > limit:
+        used -= len(out.pop())
+    return "".join(out) + _ELLIPSIS
 
 
 def _number(value: object) -> float | None:

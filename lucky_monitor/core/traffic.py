@@ -37,6 +37,7 @@ from ..protocol.envelope import peek
 from ..protocol.errors import EnvelopeError
 from ..protocol.messages import PUSH_METHODS, is_request, method_name
 from ..protocol.ring import RingTap
+from .text import safe_text
 
 __all__ = ["CORRUPT_METHOD", "DIRECTIONS", "TapStats", "TrafficEntry", "TrafficLog"]
 
@@ -76,7 +77,8 @@ class TrafficEntry:
     size : int
         Payload bytes (for a corruption event: the bytes skipped).
     error : str or None
-        The envelope's error text, or why it could not be read.
+        The envelope's error text, or why it could not be read: plain text,
+        bounded and escaped by :func:`~lucky_monitor.core.text.safe_text`.
     latency_s : float or None
         On a response: ``response.sent_ns − request.sent_ns`` in seconds;
         ``None`` when not a response or unknown.
@@ -195,7 +197,9 @@ class TrafficLog:
             if res.corrupt:
                 st.corrupt += 1
                 st.last_problem = res.corrupt
-                new.append(TrafficEntry(now, key[0], key[1], CORRUPT_METHOD, 0, res.missed_bytes, res.corrupt, None))
+                new.append(
+                    TrafficEntry(now, key[0], key[1], CORRUPT_METHOD, 0, res.missed_bytes, safe_text(res.corrupt), None)
+                )
             changed = changed or bool(res.messages or res.missed_bytes or res.corrupt)
         if len(self._requests) > 10_000:  # responses that never came: forget the oldest
             for k in list(self._requests)[:5000]:
@@ -212,8 +216,8 @@ class TrafficLog:
             head = peek(raw)
         except EnvelopeError as exc:
             st.undecodable += 1
-            st.last_problem = f"undecodable envelope: {exc}"
-            return TrafficEntry(now, pair, direction, "?", 0, len(raw), f"undecodable: {exc}", None)
+            st.last_problem = safe_text(f"undecodable envelope: {exc}")
+            return TrafficEntry(now, pair, direction, "?", 0, len(raw), safe_text(f"undecodable: {exc}"), None)
         method, cid, sent = head.method, head.correlation_id, head.sent_ns
         latency: float | None = None
         why: str | None = None
@@ -231,8 +235,9 @@ class TrafficLog:
                 why = _REVERSED
             else:
                 latency = (sent - req) / 1e9
+        error = safe_text(head.error_message) if head.error_message else None  # the engine's words: bounded, escaped
         return TrafficEntry(
-            now, pair, direction, method_name(method), cid, len(raw), head.error_message or None, latency, sent, why
+            now, pair, direction, safe_text(method_name(method)), cid, len(raw), error, latency, sent, why
         )
 
     def filtered(self, text: str = "", entries: Iterable[TrafficEntry] | None = None) -> list[TrafficEntry]:

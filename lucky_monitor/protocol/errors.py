@@ -30,7 +30,10 @@ EXIT_CODES: dict[int, str] = {
     EXIT_USAGE: "usage: bad arguments or values, a segment over the size limit, no display for the window",
     EXIT_HEADER: "header: the segment header is invalid or incompatible",
     EXIT_BUSY: "busy: tools channel held by another monitor, trainer already attached, name in use",
-    EXIT_UNAVAILABLE: "unavailable: no such segment, engine gone, no reply in time, no tools channel",
+    EXIT_UNAVAILABLE: (
+        "unavailable: no such segment, engine gone, no reply in time, no tools channel, "
+        "a segment that cannot be opened (permission, a symbolic link, another user's)"
+    ),
     EXIT_INTERRUPTED: "interrupted by Ctrl-C",
 }
 
@@ -130,6 +133,23 @@ class TransportError(UnavailableError):
 
 class SegmentNotFound(TransportError):
     """No segment with that name exists."""
+
+
+class ForeignSegment(TransportError):
+    """The segment belongs to another user and ``--allow-other-user`` was not given.
+
+    Attributes
+    ----------
+    owner_uid : int
+        The segment's owner (``st_uid``).
+    """
+
+    def __init__(self, name: str, owner_uid: int, my_uid: int) -> None:
+        super().__init__(
+            f"segment {name!r} is owned by uid {owner_uid}, not by this user (uid {my_uid}); "
+            "pass --allow-other-user to attach to it anyway"
+        )
+        self.owner_uid = owner_uid
 
 
 class SegmentGone(TransportError):

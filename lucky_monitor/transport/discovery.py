@@ -9,6 +9,15 @@ that directory for names starting with the prefix and reads each header with
 ``error`` set. Liveness comes from the pids in the header: ``server_pid`` (the
 engine) and ``client_pid`` (the trainer, 0 = none).
 
+A live pid alone does not prove a live engine: the engine may have died and
+its pid been reused by an unrelated process, while the segment's heartbeat
+stays frozen. ``engine_live`` therefore needs both the pid alive and a fresh
+``heartbeat_ns`` (CLOCK_MONOTONIC of this machine, so its age is
+``time.monotonic_ns() - heartbeat_ns``, read once): at most
+:data:`HEARTBEAT_FRESH_S` old. A heartbeat of 0 (never beat) or one in the
+future is unknown, hence not live. :func:`newest_live` follows only
+``engine_live`` segments.
+
 POSIX shared memory on macOS and named mappings on Windows cannot be listed;
 there the only candidate is the name in ``LUCKY_SHM_NAME``, if set.
 """
@@ -19,15 +28,19 @@ import contextlib
 import errno
 import os
 import sys
+import time
 from dataclasses import dataclass
 
 from ..protocol.errors import LuckyMonitorError, SegmentNotFound
 from ..protocol.header import validate
 from .shm import NAME_RE, SHM_DIR, peek_header, platform_kind, shm_path
 
-__all__ = ["SegmentInfo", "list_segments", "newest_live", "pid_alive"]
+__all__ = ["HEARTBEAT_FRESH_S", "SegmentInfo", "heartbeat_age_s", "list_segments", "newest_live", "pid_alive"]
 
 DEFAULT_PREFIX = "LuckyEngine_"
+#: A heartbeat at most this old is fresh (the engine beats at least 10 times a second; the
+#: monitor reads *stalled* after the same 2 s).
+HEARTBEAT_FRESH_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,17 @@ class SegmentInfo:
         time of the engine process (``server_pid``), where the OS tells it
         (Linux ``/proc``); ``None`` otherwise. A segment's mtime is not its
         age: every write through the mapping moves it.
+    owner_uid : int or None
+        The file's owner (``None`` where unknown). Attaching to another
+        user's segment needs ``--allow-other-user``.
+    heartbeat_age_s : float or None
+        Seconds since the engine's last ``heartbeat_ns``, read when listed;
+        ``None`` when unknown (a heartbeat of 0 or in the future, an invalid
+        header, a platform whose clock is not the engine's).
+    engine_live : bool
+        The engine lives: ``server_alive`` *and* a heartbeat at most
+        :data:`HEARTBEAT_FRESH_S` old. A live pid with a frozen heartbeat
+        (a pid reused by an unrelated process) is not live.
     """
 
     name: str
@@ -69,6 +93,23 @@ class SegmentInfo:
     session_id: int
     error: str | None
     started: float | None = None
+    owner_uid: int | None = None
+    heartbeat_age_s: float | None = None
+    engine_live: bool = False
+
+
+def heartbeat_age_s(heartbeat_ns: int) -> float | None:
+    """Seconds since ``heartbeat_ns`` (CLOCK_MONOTONIC of this machine), read once.
+
+    ``None`` when unknown: a heartbeat of 0 (never beat), one in the future,
+    or a platform whose ``time.monotonic_ns`` is not CLOCK_MONOTONIC (not Linux).
+    """
+    if not heartbeat_ns or not sys.platform.startswith("linux"):
+        return None
+    age_ns = time.monotonic_ns() - heartbeat_ns
+    if age_ns < 0:
+        return None
+    return age_ns / 1e9
 
 
 def _pid_alive_windows(pid: int) -> bool:
@@ -169,6 +210,10 @@ def process_start_time(pid: int) -> float | None:
 def _info(name: str, path: str) -> SegmentInfo | None:
     """Describe segment ``name``; ``None`` if it vanished meanwhile."""
     size, mtime = 0, 0.0
+    uid: int | None = None
+    if platform_kind() == "dir":
+        with contextlib.suppress(OSError):
+            uid = os.stat(path, follow_symlinks=False).st_uid
     try:
         raw, size, mtime = peek_header(name)
         h = validate(raw, mapped_size=size)
@@ -179,20 +224,25 @@ def _info(name: str, path: str) -> SegmentInfo | None:
             with contextlib.suppress(OSError):
                 st = os.stat(path, follow_symlinks=False)
                 size, mtime = st.st_size, st.st_mtime
-        return SegmentInfo(name, path, size, mtime, 0, False, 0, False, 0, 0, str(exc))
+        return SegmentInfo(name, path, size, mtime, 0, False, 0, False, 0, 0, str(exc), owner_uid=uid)
+    server_alive = pid_alive(h.server_pid)
+    age = heartbeat_age_s(h.heartbeat_ns)
     return SegmentInfo(
         name=name,
         path=path,
         size=size,
         mtime=mtime,
         server_pid=h.server_pid,
-        server_alive=pid_alive(h.server_pid),
+        server_alive=server_alive,
         client_pid=h.client_pid,
         client_alive=pid_alive(h.client_pid),
         num_envs=h.num_envs,
         session_id=h.session_id,
         error=None,
         started=process_start_time(h.server_pid),
+        owner_uid=uid,
+        heartbeat_age_s=age,
+        engine_live=server_alive and age is not None and age <= HEARTBEAT_FRESH_S,
     )
 
 
@@ -243,9 +293,22 @@ def list_segments(prefix: str = DEFAULT_PREFIX) -> list[SegmentInfo]:
     return found
 
 
-def newest_live(prefix: str = DEFAULT_PREFIX) -> SegmentInfo | None:
-    """The newest valid segment whose engine process is alive, or ``None``."""
+def newest_live(prefix: str = DEFAULT_PREFIX, *, allow_other_user: bool = False) -> SegmentInfo | None:
+    """The newest valid segment whose engine is live (``engine_live``), or ``None``.
+
+    Parameters
+    ----------
+    prefix
+        Name prefix.
+    allow_other_user
+        Consider segments owned by other users too (default: only this user's,
+        the ones an attach would accept).
+    """
+    me = os.geteuid() if hasattr(os, "geteuid") else None
     for info in list_segments(prefix):
-        if info.error is None and info.server_alive:
-            return info
+        if info.error is not None or not info.engine_live:
+            continue
+        if not allow_other_user and me is not None and info.owner_uid is not None and info.owner_uid != me:
+            continue
+        return info
     return None

@@ -53,6 +53,7 @@ only through ``session_id``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import mmap
 import os
@@ -70,6 +71,7 @@ import numpy as np
 from ..protocol import header as hdr
 from ..protocol.enums import EngineState
 from ..protocol.errors import (
+    ForeignSegment,
     InvalidSegmentName,
     SegmentExists,
     SegmentGone,
@@ -91,9 +93,11 @@ __all__ = [
     "SegmentExists",
     "SegmentTooLarge",
     "TrainerSegment",
+    "check_owner",
     "check_segment_size",
     "peek_header",
     "platform_kind",
+    "segment_owner",
     "shm_free_bytes",
     "shm_path",
     "validate_name",
@@ -245,6 +249,8 @@ def _os_error(exc: OSError, name: str, what: str) -> TransportError:
         return SegmentNotFound(f"no segment named {name!r}")
     if isinstance(exc, PermissionError):
         return TransportError(f"{what} {name!r}: permission denied")
+    if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link planted under the name
+        return TransportError(f"{what} {name!r}: it is a symbolic link, and segments are never opened through one")
     return TransportError(f"{what} {name!r}: {exc.strerror or exc}")
 
 
@@ -258,6 +264,25 @@ class _Opened:
     dev: int
     mtime: float
     header_bytes: bytes
+    uid: int | None = None  # the object's owner; None where the platform has none (Windows)
+
+
+def check_owner(name: str, uid: int | None, *, allow_other_user: bool) -> None:
+    """Refuse a segment owned by another user unless ``allow_other_user``.
+
+    Another user's segment can feed this process anything, and the tools
+    channel writes into it; the monitor attaches to it only when asked to.
+
+    Raises
+    ------
+    ForeignSegment
+        ``uid`` is not this process's effective uid and ``allow_other_user`` is false.
+    """
+    if uid is None or allow_other_user or not hasattr(os, "geteuid"):
+        return
+    me = os.geteuid()
+    if uid != me:
+        raise ForeignSegment(name, uid, me)
 
 
 def _fstat_regular(fd: int, name: str) -> os.stat_result:
@@ -300,7 +325,7 @@ def _open_posix(name: str, *, write: bool) -> _Opened:
         data = _read_header_fd(fd, st.st_size)
         if len(data) < HEADER_SIZE:  # shrank between fstat and read
             raise TruncatedSegment("segment_size", f"only {len(data)} header bytes could be read")
-        return _Opened(fd, st.st_size, st.st_ino, st.st_dev, st.st_mtime, data)
+        return _Opened(fd, st.st_size, st.st_ino, st.st_dev, st.st_mtime, data, st.st_uid)
     except OSError as exc:
         os.close(fd)
         raise _os_error(exc, name, "cannot read segment") from None
@@ -398,6 +423,20 @@ def _map(name: str, opened: _Opened, length: int, *, write: bool, offset: int = 
         raise TransportError(f"cannot map segment {name!r}: {exc}") from None
 
 
+def segment_owner(name: str) -> int | None:
+    """The uid that owns segment ``name`` (``None`` where the platform has none).
+
+    Raises
+    ------
+    InvalidSegmentName, SegmentNotFound, TransportError, TruncatedSegment
+        As :meth:`Segment.attach` (the object is opened the same way).
+    """
+    opened = _open(name)
+    if opened.fd is not None:
+        os.close(opened.fd)
+    return opened.uid
+
+
 def peek_header(name: str) -> tuple[bytes, int, float]:
     """Copy a segment's header without validating it.
 
@@ -482,6 +521,10 @@ class _Mapped:
     truncateds: np.ndarray | None
     resets: np.ndarray
     images: np.ndarray | None
+    #: attached with ``allow_other_user`` (a tools claim through this segment inherits it)
+    allow_other_user: bool = False
+    #: the object's owner at attach (``None`` where the platform has none)
+    owner_uid: int | None = None
 
     def _setup(self, name: str, opened: _Opened, h: Header, mm: mmap.mmap) -> None:
         self.name = name
@@ -572,7 +615,7 @@ class _Mapped:
         kind = platform_kind()
         try:
             if kind == "dir":
-                st = os.stat(self.path)
+                st = os.stat(self.path, follow_symlinks=False)  # a symbolic link is never the segment
                 if (st.st_ino, st.st_dev) != (self.inode, self._dev):
                     return "segment recreated (the name now points to a new file)"
             elif kind == "posix":
@@ -685,10 +728,11 @@ class _Mapped:
         return f"<{type(self).__name__} {self.name!r} session {self.session_id:x} {state}>"
 
 
-def _attach(obj: _Mapped, name: str, *, write: bool) -> None:
-    """Open, validate, map: the common attach path (see the module docstring)."""
+def _attach(obj: _Mapped, name: str, *, write: bool, allow_other_user: bool = False) -> None:
+    """Open, check the owner, validate, map: the common attach path (see the module docstring)."""
     opened = _open(name, write=write)
     try:
+        check_owner(name, opened.uid, allow_other_user=allow_other_user)
         h = hdr.validate(opened.header_bytes, mapped_size=opened.size)
         length = h.segment_size or opened.size
         mm = _map(name, opened, length, write=write)
@@ -697,6 +741,8 @@ def _attach(obj: _Mapped, name: str, *, write: bool) -> None:
             os.close(opened.fd)
         raise
     obj._setup(name, opened, h, mm)
+    obj.allow_other_user = allow_other_user
+    obj.owner_uid = opened.uid
 
 
 class Segment(_Mapped):
@@ -734,8 +780,15 @@ class Segment(_Mapped):
     """
 
     @classmethod
-    def attach(cls, name: str) -> Segment:
+    def attach(cls, name: str, *, allow_other_user: bool = False) -> Segment:
         """Attach to segment ``name`` read-only.
+
+        Parameters
+        ----------
+        name
+            Segment name.
+        allow_other_user
+            Attach to a segment owned by another user too (default: refuse it).
 
         Raises
         ------
@@ -743,13 +796,15 @@ class Segment(_Mapped):
             Bad name.
         SegmentNotFound
             No segment of that name.
+        ForeignSegment
+            Owned by another user and ``allow_other_user`` is false.
         TransportError
-            Permission denied, not a regular file, or mapping failed.
+            Permission denied, a symbolic link, not a regular file, or mapping failed.
         HeaderError
             The header fails validation (its subclasses name the rule).
         """
         seg = cls.__new__(cls)
-        _attach(seg, name, write=False)
+        _attach(seg, name, write=False, allow_other_user=allow_other_user)
         return seg
 
 
@@ -794,10 +849,10 @@ class TrainerSegment(_Writable):
     """
 
     @classmethod
-    def attach(cls, name: str) -> TrainerSegment:
-        """Attach to segment ``name`` read-write (raises like :meth:`Segment.attach`)."""
+    def attach(cls, name: str, *, allow_other_user: bool = False) -> TrainerSegment:
+        """Attach to segment ``name`` read-write (takes and raises like :meth:`Segment.attach`)."""
         seg = cls.__new__(cls)
-        _attach(seg, name, write=True)
+        _attach(seg, name, write=True, allow_other_user=allow_other_user)
         return seg
 
 
@@ -920,6 +975,7 @@ def _create_dir(name: str, header: Header, size: int, *, exist_ok: bool) -> tupl
         raise _os_error(exc, name, "cannot create segment") from None
     mm = None
     try:
+        os.fchmod(fd, 0o600)  # exactly owner read/write, whatever the umask
         os.ftruncate(fd, size)
         mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
         _fill(mm, header)

@@ -40,7 +40,7 @@ from ..protocol.errors import SegmentGone, ToolsChannelBusy, ToolsChannelUnavail
 from ..protocol.header import RING_HEADER, TOOLS_RING_BASE, tools_region_size, validate
 from ..protocol.ring import RingReader, RingWriter
 from .discovery import pid_alive
-from .shm import Segment, _map, _open
+from .shm import Segment, _map, _open, check_owner
 
 __all__ = ["ToolsChannel", "tools_owner"]
 
@@ -94,7 +94,9 @@ class ToolsChannel:
 
     # ------------------------------------------------------------ claim
     @classmethod
-    def claim(cls, name_or_segment: str | Segment, *, pid: int | None = None) -> ToolsChannel:
+    def claim(
+        cls, name_or_segment: str | Segment, *, pid: int | None = None, allow_other_user: bool | None = None
+    ) -> ToolsChannel:
         """Map the tools region writable and take ownership of it.
 
         Parameters
@@ -104,6 +106,10 @@ class ToolsChannel:
             release) or an attached :class:`Segment`.
         pid
             The pid to register; default ``os.getpid()``.
+        allow_other_user
+            Claim the channel of a segment owned by another user (it writes
+            into that user's engine). ``None``: as the given :class:`Segment`
+            was attached; refuse for a name.
 
         Raises
         ------
@@ -112,6 +118,8 @@ class ToolsChannel:
         ToolsChannelBusy
             A live process (possibly this one, through another channel
             object) holds the channel.
+        ForeignSegment
+            The segment is owned by another user and that is not allowed.
         SegmentGone
             The segment was replaced between attach and claim.
         SegmentNotFound, TransportError, HeaderError
@@ -123,11 +131,13 @@ class ToolsChannel:
         chan = cls()
         if isinstance(name_or_segment, Segment):
             seg = name_or_segment
+            allow = seg.allow_other_user if allow_other_user is None else allow_other_user
         else:
-            seg = Segment.attach(name_or_segment)
+            allow = bool(allow_other_user)
+            seg = Segment.attach(name_or_segment, allow_other_user=allow)
             chan._own_segment = seg
         try:
-            chan._map(seg)
+            chan._map(seg, allow)
             chan.pid = me
             chan._take(me)
         except BaseException:
@@ -135,7 +145,7 @@ class ToolsChannel:
             raise
         return chan
 
-    def _map(self, seg: Segment) -> None:
+    def _map(self, seg: Segment, allow_other_user: bool) -> None:
         h = seg.header
         self.name = seg.name
         self.header = h
@@ -143,6 +153,7 @@ class ToolsChannel:
             raise ToolsChannelUnavailable(f"{seg.name}: the engine exports no tools channel (tools_offset = 0)")
         opened = _open(seg.name, write=True)
         try:
+            check_owner(seg.name, opened.uid, allow_other_user=allow_other_user)
             now = validate(opened.header_bytes, mapped_size=opened.size)
             if now.session_id != h.session_id or (now.tools_offset, now.tools_ring_size) != (
                 h.tools_offset,

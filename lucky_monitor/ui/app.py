@@ -128,7 +128,11 @@ def run_window(args: argparse.Namespace) -> int:
     one_off = args.columns is not None or bool(args.screenshot)  # a one-off run never overwrites saved layout
     budget = getattr(args, "cpu_budget", None)
     win = MainWindow(
-        name, columns=args.columns, persist=not one_off, cpu_budget=10.0 if budget is None else float(budget)
+        name,
+        columns=args.columns,
+        persist=not one_off,
+        cpu_budget=10.0 if budget is None else float(budget),
+        allow_other_user=bool(getattr(args, "allow_other_user", False)),
     )
     win.show()
     result: dict[str, str | None] = {"error": None}

@@ -365,6 +365,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         controls.addWidget(self.single_button)
 
         self.status_label = QtWidgets.QLabel("no images")
+        self.status_label.setTextFormat(QtCore.Qt.TextFormat.PlainText)  # errors are shown as plain text
         self.hover_label = QtWidgets.QLabel("")
         self.hover_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         status = QtWidgets.QHBoxLayout()

@@ -74,6 +74,9 @@ class MainWindow(QtWidgets.QMainWindow):
     cpu_budget
         Share of one core (%) the window's painting may bring the process
         to; ``0``: no limit.
+    allow_other_user
+        Attach to a segment owned by another user (refused by default);
+        passed to the session made here.
     """
 
     def __init__(
@@ -85,13 +88,14 @@ class MainWindow(QtWidgets.QMainWindow):
         persist: bool = True,
         session: MonitorSession | None = None,
         cpu_budget: float = DEFAULT_CPU_BUDGET,
+        allow_other_user: bool = False,
     ) -> None:
         super().__init__()
         self.settings = settings or QtCore.QSettings("lucky-monitor", "lucky-monitor")
         self.persist = persist  # False for one-off runs (--columns, --screenshot): nothing is saved
         self.setWindowTitle("lucky-monitor")
         self.resize(1600, 1000)
-        self.session = session or MonitorSession(name)
+        self.session = session or MonitorSession(name, allow_other_user=allow_other_user)
         self.history = History(1)
         self.last_tick: Tick | None = None
         self._generation = -1
@@ -145,6 +149,7 @@ class MainWindow(QtWidgets.QMainWindow):
 
         # --- status bar: the state, large, in its colour
         self.state_label = QtWidgets.QLabel("searching")
+        self.state_label.setTextFormat(QtCore.Qt.TextFormat.PlainText)  # reasons carry engine text: never markup
         font = self.state_label.font()
         font.setPointSizeF(font.pointSizeF() * 1.3)
         font.setBold(True)

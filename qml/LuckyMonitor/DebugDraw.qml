@@ -52,6 +52,7 @@ DarkPane {
             Layout.fillWidth: true
             visible: !root.backend.toolsAvailable
             text: "Commands disabled: " + root.backend.toolsReason
+            textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
             color: Theme.warn
             wrapMode: Text.Wrap
         }
@@ -177,6 +178,7 @@ DarkPane {
                 Layout.fillWidth: true
                 Layout.preferredWidth: 1  // never widen the panel: long results elide
                 text: root.backend.lastDrawResult || "none yet"
+                textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
                 color: Theme.resultColor(root.backend.lastDrawResultKind)
                 font.bold: true
                 elide: Text.ElideRight

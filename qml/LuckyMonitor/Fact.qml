@@ -15,6 +15,7 @@ RowLayout {
 
     Label {
         text: root.key
+        textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
         color: Theme.dim
         Layout.preferredWidth: Theme.keyWidth
         elide: Text.ElideRight
@@ -22,6 +23,7 @@ RowLayout {
     Label {
         id: valueLabel
         text: root.value
+        textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
         color: root.valueColor
         Layout.fillWidth: true
         elide: Text.ElideMiddle

@@ -49,6 +49,7 @@ DarkPane {
                     objectName: "stateLine"
                     Layout.fillWidth: true
                     text: root.backend.stateText
+                    textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
                     color: root.backend.stateColor
                     font.pixelSize: Theme.big
                     font.bold: true
@@ -62,6 +63,7 @@ DarkPane {
                 Layout.fillWidth: true
                 visible: text !== ""
                 text: root.backend.reason
+                textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
                 color: root.backend.healthy ? Theme.dim : Theme.text
                 wrapMode: Text.Wrap
             }
@@ -70,6 +72,7 @@ DarkPane {
                 Layout.fillWidth: true
                 visible: text !== ""
                 text: root.backend.notice
+                textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
                 color: Theme.accent
                 font.italic: true
                 wrapMode: Text.Wrap
@@ -125,6 +128,7 @@ DarkPane {
                     Layout.fillWidth: true
                     visible: text !== ""
                     text: root.backend.simModeResult
+                    textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
                     color: Theme.resultColor(root.backend.simModeResultKind)
                     font.pixelSize: Theme.small
                     elide: Text.ElideRight
@@ -212,6 +216,7 @@ DarkPane {
                     Layout.fillWidth: true
                     visible: !root.backend.toolsAvailable
                     text: "Commands disabled: " + root.backend.toolsReason
+                    textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
                     color: Theme.warn
                     wrapMode: Text.Wrap
                 }
@@ -231,6 +236,7 @@ DarkPane {
 
                         Label {
                             text: row.model.name
+                            textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
                             color: row.model.available ? Theme.text : Theme.dim
                             Layout.preferredWidth: 92
                             elide: Text.ElideRight
@@ -239,6 +245,7 @@ DarkPane {
                             objectName: "serviceResult_" + row.model.name
                             Layout.fillWidth: true
                             text: row.model.pending ? "waiting…" : row.model.lastResult
+                            textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
                             color: Theme.resultColor(row.model.pending ? "pending" : row.model.resultKind)
                             font.pixelSize: Theme.small
                             elide: Text.ElideRight

@@ -405,3 +405,86 @@ def test_zoomed_in_only_the_tiles_in_view_are_copied(engines) -> None:
     copied = {e for e in range(full.num_envs) if np.array_equal(t.image.shown_tile(e), eng.seg.images[e])}
     assert 0 in copied and far not in copied  # the far corner was not copied this frame
     s.close()
+
+
+# ---------------------------------------------------------------------------
+# Text from the segment reaches views bounded and escaped; another user's segment is refused
+# ---------------------------------------------------------------------------
+
+HOSTILE = ("\x1b[2J\r\nengine\x00says\u202e" * 4096)[: 64 * 1024]
+
+
+def test_an_engine_error_of_64_kib_with_control_characters_shows_bounded_and_escaped(engines) -> None:
+    from lucky_monitor.protocol import messages as m
+    from lucky_monitor.protocol.envelope import Envelope, decode, encode
+    from lucky_monitor.protocol.ring import RingReader
+
+    eng = ReferenceEngine(config(tools_ring_size=256 * 1024))
+    engines.append(eng)
+    s = MonitorSession(eng.name)
+    run(s, engines, lambda t: t.tools.ours, "tools channel")
+    assert s.draw("line", start=(0, 0, 0), end=(1, 1, 1))
+    # Answer as a hostile engine would, instead of the reference engine.
+    h = eng.header
+    request = decode(RingReader(eng.seg.buf, h.tools_c2s_offset, h.tools_ring_size).pop())
+    RingWriter(eng.seg.buf, h.tools_s2c_offset, h.tools_ring_size).push(
+        encode(Envelope(m.MethodId.DrawResp, request.correlation_id, None, HOSTILE, time.monotonic_ns()))
+    )
+    deadline = time.monotonic() + 10
+    results: list = []
+    traffic: list = []
+    while not results and time.monotonic() < deadline:
+        tick = s.step()
+        results += tick.results
+        traffic += tick.traffic
+    (result,) = results
+    assert result.status == "error" and len(result.text) <= 200 and result.text.isprintable()
+    assert result.text.startswith("error: \\x1b[2J\\r\\nengine\\x00says\\u202e") and result.text.endswith("…")
+    (entry,) = [e for e in traffic if e.pair == "tools" and e.direction == "s2c"]
+    assert len(entry.error) <= 200 and entry.error.isprintable()
+    s.close()
+
+
+def test_a_hostile_reason_reaches_the_tick_and_watch_bounded_and_escaped(engines, monkeypatch) -> None:
+    import io
+
+    import lucky_monitor.core.monitor as monitor_mod
+    from lucky_monitor.protocol.errors import HeaderError
+
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+
+    def attach(name: str, **kw: object):
+        raise HeaderError("magic", HOSTILE)
+
+    monkeypatch.setattr(monitor_mod.Segment, "attach", staticmethod(attach))
+    s = MonitorSession(eng.name, tools=False, images=False)
+    tick = s.step()
+    assert tick.state is LinkState.INCOMPATIBLE
+    assert len(tick.reason) <= 200 and tick.reason.isprintable() and tick.reason.startswith("magic: \\x1b[2J")
+    out = io.StringIO()
+    for json_lines in (True, False):
+        Watcher(out, json_lines=json_lines, interval=10.0).feed(tick)
+    json_line, text_line = out.getvalue().splitlines()
+    assert json.loads(json_line)["reason"] == tick.reason
+    assert "\x1b" not in text_line and len(text_line) < 400
+    s.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_another_users_segment_is_refused_by_the_session_unless_allowed(engines) -> None:
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    os.chown(eng.seg.path, 12345, 12345)
+    s = MonitorSession(eng.name)
+    tick = run(s, engines, lambda t: t.state is LinkState.INCOMPATIBLE, "refusal")
+    assert "uid 12345" in tick.reason and "--allow-other-user" in tick.reason and tick.header is None
+    s.close()
+    auto = MonitorSession(None, prefix=eng.name)  # following the newest live: theirs is not a candidate
+    tick = auto.step()
+    assert tick.state is LinkState.SEARCHING and tick.header is None
+    auto.close()
+    s = MonitorSession(eng.name, allow_other_user=True)
+    tick = run(s, engines, lambda t: t.tools.ours, "tools channel of another user's engine, allowed")
+    assert tick.header is not None
+    s.close()

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lucky_monitor.core.text import DASH, age_text, ago_text, bytes_text, ms_text
+from lucky_monitor.core.text import DASH, age_text, ago_text, bytes_text, ms_text, safe_text
 
 
 @pytest.mark.parametrize(
@@ -66,3 +66,35 @@ def test_never_raises(x: float | None) -> None:
     for f in (bytes_text, age_text, ms_text):
         assert isinstance(f(x), str)
     assert isinstance(ago_text(0.0, x), str)
+
+
+# ----------------------------------------------------------------------------- safe_text
+
+
+def test_safe_text_keeps_printable_text_as_it_is() -> None:
+    for s in ("", "engine says: no", "é → — 日本", "x" * 200):
+        assert safe_text(s) == s
+    assert safe_text(None) == ""
+    assert safe_text(42) == "42"
+
+
+def test_safe_text_escapes_control_and_invisible_characters() -> None:
+    assert safe_text("a\nb\rc\td") == "a\\nb\\rc\\td"
+    assert safe_text("\x1b[31mred\x00") == "\\x1b[31mred\\x00"
+    assert safe_text("\x7f\x85") == "\\x7f\\x85"
+    assert safe_text("left\u202eright\u2028") == "left\\u202eright\\u2028"  # bidi override, line separator
+    assert safe_text("<b>bold</b>") == "<b>bold</b>"  # markup is text: views show it plain
+
+
+def test_safe_text_is_bounded_never_cuts_an_escape_and_costs_only_the_limit() -> None:
+    huge = ("\x1b" + "y" * 7) * 8192  # 64 KiB
+    out = safe_text(huge)
+    assert len(out) <= 200 and out.endswith("…") and out.isprintable()
+    assert out[:-1].endswith("y") or out[:-1].endswith("\\x1b")
+    assert safe_text("abcde", 4) == "abc…" and safe_text("abcd", 4) == "abcd"
+    assert safe_text("a\n\n", 3) == "a…"  # "a\\n" would leave no room for the ellipsis
+    assert safe_text("\n" * 10, 1) == "…"
+    for limit in range(1, 40):
+        for s in ("\x00" * 50, "ab\ncd" * 20, "é" * 50):
+            r = safe_text(s, limit)
+            assert len(r) <= limit and r.isprintable()

@@ -143,3 +143,17 @@ def test_undecodable_envelopes_are_counted(seg) -> None:
     assert entry.method == "?" and entry.error.startswith("undecodable")
     st = log.stats["tools", "c2s"]
     assert st.undecodable == 1 and st.messages == 1 and st.corrupt == 0
+
+
+def test_a_64_kib_error_with_control_characters_is_logged_bounded_and_escaped(segment_factory) -> None:
+    seg = segment_factory(cmd_ring_size=256 * 1024)
+    hostile = ("\x1b[2J\r\nengine\x00says\u202e" * 4096)[: 64 * 1024]
+    log = TrafficLog(seg, clock=Clock())
+    w = writers(seg)
+    w["main", "c2s"].push(req(9, 10))
+    w["main", "s2c"].push(resp(9, 20, hostile))
+    entries = log.poll()
+    (entry,) = [e for e in entries if e.direction == "s2c"]
+    assert len(entry.error) <= 200 and entry.error.isprintable() and entry.error.endswith("…")
+    assert entry.error.startswith("\\x1b[2J\\r\\nengine\\x00says\\u202e")
+    assert entry.method == "GetJointStateResp" and entry.latency_s == pytest.approx(10e-9)

@@ -11,11 +11,23 @@ import uuid
 import pytest
 
 from lucky_monitor.protocol.header import OFFSET
-from lucky_monitor.transport.discovery import SegmentInfo, list_segments, newest_live, pid_alive
+from lucky_monitor.transport.discovery import (
+    HEARTBEAT_FRESH_S,
+    SegmentInfo,
+    heartbeat_age_s,
+    list_segments,
+    newest_live,
+    pid_alive,
+)
 from lucky_monitor.transport.shm import platform_kind, shm_path
 from tests.conftest import dead_pid
 
 pytestmark = pytest.mark.skipif(platform_kind() != "dir", reason="segments are listable only under /dev/shm")
+
+
+def beat(seg, age_s: float = 0.0) -> None:
+    """Stamp ``heartbeat_ns`` as an engine does, ``age_s`` seconds in the past."""
+    seg.set("heartbeat_ns", time.monotonic_ns() - int(age_s * 1e9))
 
 
 @pytest.fixture
@@ -52,6 +64,7 @@ def test_zombie_counts_as_dead() -> None:
 
 def test_list_marks_live_and_dead_and_reports_bad_files(segment_factory, prefix: str) -> None:
     live = segment_factory(prefix + "live")
+    beat(live)
     live.set("client_pid", os.getpid())
     gone = dead_pid()
     stale = segment_factory(prefix + "stale", server_pid=gone)
@@ -67,11 +80,14 @@ def test_list_marks_live_and_dead_and_reports_bad_files(segment_factory, prefix:
         li = infos[live.name]
         assert isinstance(li, SegmentInfo)
         assert li.error is None and li.server_alive and li.server_pid == os.getpid()
+        assert li.engine_live and 0 <= li.heartbeat_age_s < HEARTBEAT_FRESH_S and li.owner_uid == os.geteuid()
         assert li.client_pid == os.getpid() and li.client_alive
         assert li.num_envs == live.header.num_envs and li.session_id == live.header.session_id
         assert li.size == live.header.segment_size and li.path == live.path and li.mtime > 0
         st = infos[stale.name]
         assert st.error is None and st.server_pid == gone and not st.server_alive and not st.client_alive
+        assert not st.engine_live and st.heartbeat_age_s is None  # never beat
+        assert not infos[bad_name].engine_live and infos[bad_name].heartbeat_age_s is None
         assert "magic" in infos[bad_name].error and infos[bad_name].size == 8192
         assert "segment_size" in infos[tiny_name].error
         assert newest_live(prefix).name == live.name
@@ -83,6 +99,8 @@ def test_list_marks_live_and_dead_and_reports_bad_files(segment_factory, prefix:
 def test_newest_first(segment_factory, prefix: str) -> None:
     older = segment_factory(prefix + "a")
     newer = segment_factory(prefix + "b")
+    beat(older)
+    beat(newer)
     now = time.time()
     os.utime(older.path, (now, now - 100))
     os.utime(newer.path, (now, now - 50))
@@ -100,3 +118,46 @@ def test_newest_first(segment_factory, prefix: str) -> None:
 def test_nothing_found(prefix: str) -> None:
     assert list_segments(prefix) == []
     assert newest_live(prefix) is None
+
+
+def test_a_reused_pid_with_a_frozen_heartbeat_is_not_live(segment_factory, prefix: str) -> None:
+    """The engine died and its pid now names an unrelated live process: the heartbeat says so."""
+    unrelated = os.getppid()  # alive, and certainly not an engine of this segment
+    frozen = segment_factory(prefix + "reused", server_pid=unrelated)
+    beat(frozen, age_s=10.0)
+    (info,) = list_segments(prefix)
+    assert info.server_pid == unrelated and info.server_alive  # the pid alone would say "live"
+    assert not info.engine_live
+    assert info.heartbeat_age_s == pytest.approx(10.0, abs=1.0)
+    assert newest_live(prefix) is None  # never followed as the newest live engine
+    # An older segment with a beating engine is followed instead.
+    live = segment_factory(prefix + "live")
+    beat(live)
+    now = time.time()
+    os.utime(live.path, (now, now - 100))
+    os.utime(frozen.path, (now, now))
+    assert list_segments(prefix)[0].name == frozen.name  # newest first ...
+    assert newest_live(prefix).name == live.name  # ... but not live
+
+
+def test_a_heartbeat_of_zero_or_from_the_future_is_unknown(segment_factory, prefix: str) -> None:
+    seg = segment_factory(prefix + "x")
+    (info,) = list_segments(prefix)
+    assert info.server_alive and info.heartbeat_age_s is None and not info.engine_live
+    seg.set("heartbeat_ns", time.monotonic_ns() + 60 * 10**9)
+    (info,) = list_segments(prefix)
+    assert info.heartbeat_age_s is None and not info.engine_live
+    assert heartbeat_age_s(0) is None
+    assert heartbeat_age_s(time.monotonic_ns() - 3 * 10**9) == pytest.approx(3.0, abs=0.5)
+
+
+def test_newest_live_skips_another_users_segment_unless_allowed(segment_factory, prefix: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("chown to another uid needs root")
+    seg = segment_factory(prefix + "theirs")
+    beat(seg)
+    os.chown(seg.path, 12345, 12345)
+    (info,) = list_segments(prefix)
+    assert info.owner_uid == 12345 and info.engine_live  # listed, with its owner
+    assert newest_live(prefix) is None
+    assert newest_live(prefix, allow_other_user=True).name == seg.name
