@@ -90,6 +90,8 @@ __all__ = [
 
 DRAW_KINDS = ("line", "arrow", "velocity")
 MAX_REPEAT_HZ = 60.0
+#: Characters of a command result's text kept (an engine's error text is cut after this many).
+RESULT_TEXT_MAX = 400
 
 
 # ---------------------------------------------------------------------------
@@ -250,6 +252,11 @@ class CommandResult:
     text: str
     rtt_s: float | None = None
     correlation_id: int = 0
+
+    def __post_init__(self) -> None:
+        # The text carries the engine's words (an error_message of up to half a ring): shown
+        # bounded and as plain text, control characters escaped.
+        object.__setattr__(self, "text", _plain(self.text, RESULT_TEXT_MAX))
 
     @property
     def ok(self) -> bool:
@@ -1166,6 +1173,16 @@ class MonitorSession:
 
     def _traffic_stats(self) -> TrafficStats:
         return TrafficStats() if self._traffic is None else TrafficStats.of(self._traffic)
+
+
+def _plain(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters (saying how many more there were), non-printable ones escaped."""
+    more = len(text) - limit
+    if more > 0:
+        text = text[:limit]
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return f"{text}… (+{more} characters)" if more > 0 else text
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
