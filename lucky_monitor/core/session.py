@@ -256,7 +256,7 @@ class CommandResult:
     def __post_init__(self) -> None:
         # The text carries the engine's words (an error_message of up to half a ring): shown
         # bounded and as plain text, control characters escaped.
-        object.__setattr__(self, "text", _plain(self.text, RESULT_TEXT_MAX))
+        object.__setattr__(self, "text", safe_text(self.text, RESULT_TEXT_MAX))
 
     @property
     def ok(self) -> bool:
@@ -1173,16 +1173,6 @@ class MonitorSession:
 
     def _traffic_stats(self) -> TrafficStats:
         return TrafficStats() if self._traffic is None else TrafficStats.of(self._traffic)
-
-
-def _plain(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters (saying how many more there were), non-printable ones escaped."""
-    more = len(text) - limit
-    if more > 0:
-        text = text[:limit]
-    if not text.isprintable():
-        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-    return f"{text}… (+{more} characters)" if more > 0 else text
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
