@@ -220,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         _error(exc.strerror or str(exc))
         return EXIT_FAILED
     except KeyboardInterrupt:
+        # Ctrl-C before the window (or sim, train, demo) installed its own handler, e.g. while
+        # Qt loads: for those the documented end of a run (exit 0); for the others 130.
+        if run is None or getattr(run, "__name__", "") in ("_cmd_sim", "_cmd_train", "_cmd_demo"):
+            return EXIT_OK
         return EXIT_INTERRUPTED
 
 

@@ -115,6 +115,20 @@ def run_window(args: argparse.Namespace) -> int:
         check_output_path(stats_path, "--stats-json")
     check_display(bool(args.screenshot))
 
+    # From here on Ctrl-C / SIGTERM only ask for the end: a KeyboardInterrupt raised inside a Qt
+    # callback while the window and its QML load would be printed and lost, and the window
+    # would then run on. The request is honoured as soon as the window exists.
+    asked: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, _frame: asked.append(signum))
+    old_term = signal.signal(signal.SIGTERM, lambda signum, _frame: asked.append(signum))
+    try:
+        return _run_window(args, name, stats_path, asked)
+    finally:
+        signal.signal(signal.SIGINT, old)
+        signal.signal(signal.SIGTERM, old_term)
+
+
+def _run_window(args: argparse.Namespace, name: str | None, stats_path: str | None, asked: list[int]) -> int:
     from PySide6 import QtCore, QtWidgets
 
     from .main_window import MainWindow
@@ -153,15 +167,19 @@ def run_window(args: argparse.Namespace) -> int:
     def on_sigint(*_: object) -> None:
         # Python runs this between two bytecodes, possibly in the middle of a tick:
         # close from the event loop, never from inside the tick.
-        QtCore.QTimer.singleShot(0, lambda: win.close() or app.quit())
+        QtCore.QTimer.singleShot(0, close_and_quit)
 
-    old = signal.signal(signal.SIGINT, on_sigint)
-    old_term = signal.signal(signal.SIGTERM, on_sigint)  # the same orderly end: settings and --stats-json saved
+    def close_and_quit() -> None:
+        win.close()  # unloads the QML before the backend goes, saves settings and --stats-json
+        app.quit()  # even if another top-level window (the 1:1 view) is still open
+
+    signal.signal(signal.SIGINT, on_sigint)
+    signal.signal(signal.SIGTERM, on_sigint)  # the same orderly end: settings and --stats-json saved
+    if asked:  # asked to stop while the window was being made
+        QtCore.QTimer.singleShot(0, close_and_quit)
     try:
         app.exec()
     finally:
-        signal.signal(signal.SIGINT, old)
-        signal.signal(signal.SIGTERM, old_term)
         win.close()
         if stats_path:
             try:
