@@ -865,7 +865,22 @@ def _mutate_envelope(rng: random.Random, buf: bytearray, pool: list[bytes]) -> b
 
 
 def _same(a: Any, b: Any) -> bool:
-    return repr(a) == repr(b)  # NaN payloads compare equal through repr
+    """Equal values, NaN equal to NaN and -0.0 to 0.0.
+
+    A scalar field equal to its default is not written (FlatBuffers, like
+    flatc's builders), and ``-0.0 == 0.0``: a decoded ``-0.0`` field comes
+    back as ``0.0`` (``corpus/envelope/scalar_negative_zero``). Struct fields
+    and vector elements keep the sign.
+    """
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if dataclasses.is_dataclass(a):
+        return all(_same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    return bool(a == b)
 
 
 class EnvelopeSurface:
