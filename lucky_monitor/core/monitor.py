@@ -305,8 +305,9 @@ class MonitorCore:
             rewards=np.zeros(n, np.float32),
             dones=np.zeros(n, np.uint8),
             truncateds=np.zeros(n, np.uint8) if seg.truncateds is not None else None,
-            heartbeat_changed_at=now,
+            heartbeat_changed_at=now - self._initial_heartbeat_age(seg),
             frame_changed_at=now,
+            last_heartbeat=seg.counter("heartbeat_ns"),
         )
         if seg.images is not None and self.image_sink is None:
             self.images = np.zeros(seg.images.shape, np.uint8)
@@ -320,6 +321,22 @@ class MonitorCore:
         if self.on_attach is not None:
             self.on_attach(h)
         return True
+
+    def _initial_heartbeat_age(self, seg: Segment) -> float:
+        """How old the heartbeat already is at attach, on the shared host clock (LAYOUT §8.3); 0 if unknown.
+
+        A segment whose engine pid was reused by an unrelated process has a
+        frozen heartbeat: judged only by change, it would read healthy for the
+        first stall threshold after attach. Only with the real monotonic clock
+        (a test may inject another).
+        """
+        if self.clock is not time.monotonic:
+            return 0.0
+        hb = seg.counter("heartbeat_ns")
+        if not hb:
+            return 0.0
+        age = (time.monotonic_ns() - hb) / 1e9
+        return age if 0.0 <= age < 86400.0 else 0.0
 
     def _detach(self) -> None:
         if self._att is not None:

@@ -488,3 +488,15 @@ def test_another_users_segment_is_refused_by_the_session_unless_allowed(engines)
     tick = run(s, engines, lambda t: t.tools.ours, "tools channel of another user's engine, allowed")
     assert tick.header is not None
     s.close()
+
+
+def test_a_reused_pid_with_a_frozen_heartbeat_reads_stalled_at_once(segment_factory) -> None:
+    # The engine died and an unrelated process got its pid: the heartbeat is frozen 10 s in the past.
+    seg = segment_factory(server_pid=os.getppid())
+    seg.set("engine_state", 1)
+    seg.set("heartbeat_ns", time.monotonic_ns() - 10_000_000_000)
+    s = MonitorSession(seg.name, tools=False)
+    tick = s.step()
+    assert tick.state is LinkState.STALLED and not tick.state.healthy, tick.text
+    assert tick.heartbeat_age_s is not None and tick.heartbeat_age_s >= 9.0
+    s.close()
