@@ -173,8 +173,13 @@ def test_a_stopped_trainer_says_it_was_stopped_not_done(subprocess_env, sig: sig
     with engine_thread(sim_mode=1, hz=100.0) as eng, Segment.attach(eng.name) as seg:
         with child(["train", "--shm", eng.name, "--quiet"], subprocess_env) as trainer:
             assert "attached" in _readline(trainer)
-            a0 = seg.counter("action_seq")
+            # action_seq holds the free-run value until the trainer's first step, which may jump
+            # it forward: count from the first value the trainer wrote.
+            start = seg.counter("action_seq")
             deadline = time.monotonic() + 20
+            while seg.counter("action_seq") == start and time.monotonic() < deadline:
+                time.sleep(0.005)
+            a0 = seg.counter("action_seq")
             while seg.counter("action_seq") < a0 + 20 and time.monotonic() < deadline:
                 time.sleep(0.01)
             trainer.send_signal(sig)
