@@ -285,6 +285,7 @@ class SegmentEntry:
     num_envs: int
     age_s: float | None  # since the engine's session began; None where unknown
     error: str | None
+    server_alive: bool = False  # the pid lives (``alive`` also needs a fresh heartbeat)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1066,6 +1067,7 @@ class MonitorSession:
                 i.num_envs,
                 None if i.started is None else max(0.0, wall - i.started),
                 None if i.error is None else safe_text(i.error),
+                i.server_alive,
             )
             for i in list_segments(self._link.prefix)
         )

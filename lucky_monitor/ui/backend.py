@@ -217,7 +217,7 @@ class SegmentListModel(_RowModel):
         if info.error is not None:
             label = f"{info.name} · invalid"
         elif not info.alive:
-            label = f"{info.name} · engine gone"
+            label = f"{info.name} · {'heartbeat stale' if info.server_alive else 'engine gone'}"
         else:
             label = f"{info.name} · {info.num_envs} envs · {age}" if age else f"{info.name} · {info.num_envs} envs"
         return {

@@ -698,6 +698,7 @@ def test_segment_rows_from_entries(qapp) -> None:
         SegmentEntry("LuckyTestUI_a", 12, False, 2, 10.0, None),
         SegmentEntry("LuckyTestUI_c", 0, False, 0, None, "bad magic"),
         SegmentEntry("LuckyTestUI_d", 13, True, 8, None, None),
+        SegmentEntry("LuckyTestUI_e", 14, False, 8, 5.0, None, server_alive=True),  # pid lives, heartbeat frozen
     )
     b.apply(tick(t=0.0, segments=entries, segments_changed=True))
     assert [r["label"] for r in model.rows] == [
@@ -706,6 +707,7 @@ def test_segment_rows_from_entries(qapp) -> None:
         "LuckyTestUI_a · engine gone",
         "LuckyTestUI_c · invalid",
         "LuckyTestUI_d · 8 envs",
+        "LuckyTestUI_e · heartbeat stale",
     ]
     assert model.row(1)["age"] == "up 3 min" and model.row(1)["serverPid"] == 11.0 and model.row(1)["alive"]
     assert model.row(3)["error"] == "bad magic" and not model.row(3)["alive"]
@@ -722,7 +724,7 @@ def test_segment_rows_from_entries(qapp) -> None:
 
     # The list is read only when the session says it changed.
     b.apply(tick(t=1.5, segments=(), segments_changed=False))
-    assert model.rowCount() == 5
+    assert model.rowCount() == 6
 
     # A chosen segment that does not exist gets its own row, and the picker points at it.
     b.apply(tick(t=2.0, selected="LuckyTestUI_gone", name="LuckyTestUI_gone", segments=older))
@@ -732,9 +734,9 @@ def test_segment_rows_from_entries(qapp) -> None:
         "LuckyTestUI_gone · not found",
         "not found",
     )
-    assert (b.value("segmentIndex"), b.value("selectedSegment")) == (5, "LuckyTestUI_gone")
+    assert (b.value("segmentIndex"), b.value("selectedSegment")) == (6, "LuckyTestUI_gone")
     b.apply(tick(t=3.0, selected="LuckyTestUI_a", name="LuckyTestUI_a", segments=older))
-    assert model.rowCount() == 5 and b.value("segmentIndex") == 2
+    assert model.rowCount() == 6 and b.value("segmentIndex") == 2
 
 
 def test_segment_rows() -> None:
