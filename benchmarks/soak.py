@@ -7,8 +7,9 @@ offscreen, settings in a temporary HOME) follows it. Every ``--every`` seconds
 the window's resident memory (``VmRSS`` from ``/proc``) is sampled. At the end
 one JSON line reports:
 
-* ``rss_mib`` - the samples; ``rss_growth_pct_after_first_minute`` - growth of
-  the last sample over the first sample taken after one minute (target < 5 %);
+* ``rss_mib`` - the samples while the window runs; ``rss_growth_pct_after_first_minute``
+  - growth of the largest later sample over the first one taken after one minute
+  (target < 5 %);
 * from the window's ``--stats-json``: frames published vs seen, images
   published vs presented, late ticks, tick p50/p90, its CPU;
 * the engine's and trainer's CPU over the run, and the machine's load average.
@@ -81,9 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         if os.path.exists(stats_path):
             with open(stats_path, encoding="utf-8") as f:
                 stats = json.load(f)
-    valid = [(t, r) for t, r in samples if r is not None]
+    # Samples while the window runs (not the one taken as it closes), and the growth from the
+    # first sample after one minute to the largest one after it.
+    valid = [(t, r) for t, r in samples if r is not None and t < seconds - 1.0]
     after = [r for t, r in valid if t >= 60.0]
-    growth = round(100.0 * (after[-1] - after[0]) / after[0], 2) if len(after) >= 2 else None
+    growth = round(100.0 * (max(after) - after[0]) / after[0], 2) if len(after) >= 2 else None
 
     def pct(key: str) -> float | None:
         a, b = cpu0.get(key), cpu1.get(key)
