@@ -448,9 +448,14 @@ def test_ctrl_c_while_polling_a_large_segment_exits_cleanly(tmp_path, subprocess
                 text=True,
                 env=env,
             )
-            time.sleep(delay)
-            win.send_signal(signal.SIGINT)
-            _out, err = win.communicate(timeout=30)
+            try:
+                time.sleep(delay)
+                win.send_signal(signal.SIGINT)
+                _out, err = win.communicate(timeout=30)
+            finally:
+                if win.poll() is None:  # a window that did not end: never leave it running
+                    win.kill()
+                    win.communicate()
             assert win.returncode == 0, err
             assert "Traceback" not in err and "Error" not in err, err
     finally:
