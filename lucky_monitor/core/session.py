@@ -47,7 +47,7 @@ import numpy as np
 
 from ..protocol.enums import ImageFormat, Service, SimMode
 from ..protocol.errors import LuckyMonitorError, ToolsChannelBusy, ToolsChannelUnavailable
-from ..protocol.header import Header
+from ..protocol.header import Header, LiveFields
 from ..protocol.messages import (
     DrawReq,
     DrawResp,
@@ -97,29 +97,6 @@ RESULT_TEXT_MAX = 400
 # ---------------------------------------------------------------------------
 # The values a Tick is made of
 # ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LiveFields:
-    """The live header fields, read once by one ``step``."""
-
-    client_pid: int
-    frame_seq: int
-    action_seq: int
-    image_seq: int
-    image_frame_seq: int
-    heartbeat_ns: int
-    services_enabled: int
-    sim_mode: int
-    engine_state: int
-
-    @property
-    def turn(self) -> str:
-        """``"trainer"``, ``"engine"``, ``"free-run"`` or ``"violation"``."""
-        if self.client_pid == 0:
-            return "free-run"
-        gap = self.frame_seq - self.action_seq
-        return {1: "trainer", 0: "engine"}.get(gap, "violation")
 
 
 @dataclass(frozen=True, slots=True)
@@ -1090,22 +1067,7 @@ class MonitorSession:
         self._seq += 1
         link = self._link
         st = link.status
-        raw = link.live
-        live = (
-            None
-            if raw is None
-            else LiveFields(
-                raw.client_pid,
-                raw.frame_seq,
-                raw.action_seq,
-                raw.image_seq,
-                raw.image_frame_seq,
-                raw.heartbeat_ns,
-                raw.services_enabled,
-                raw.sim_mode,
-                raw.engine_state,
-            )
-        )
+        live = link.live  # one value per poll, read by the link
         image = None
         g = self._grid
         if g is not None and g.has_frame and g.front is not None and self._header is not None:

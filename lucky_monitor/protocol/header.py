@@ -119,6 +119,32 @@ LIVE_FIELDS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class LiveFields:
+    """All live header fields read at (nearly) one instant: one aligned load each, not atomic as a set."""
+
+    client_pid: int
+    frame_seq: int
+    action_seq: int
+    image_seq: int
+    image_frame_seq: int
+    heartbeat_ns: int
+    services_enabled: int
+    sim_mode: int
+    engine_state: int
+
+    @property
+    def turn(self) -> str:
+        """``"trainer"``, ``"engine"``, ``"free-run"`` or ``"violation"``."""
+        if self.client_pid == 0:
+            return "free-run"
+        gap = self.frame_seq - self.action_seq
+        return {1: "trainer", 0: "engine"}.get(gap, "violation")
+
+
+assert tuple(LiveFields.__dataclass_fields__) == LIVE_FIELDS
+
+
 def _struct_for(fields: tuple[tuple[str, int, str], ...]) -> struct.Struct:
     fmt, pos = "<", 0
     for _, off, code in fields:

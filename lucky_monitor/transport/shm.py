@@ -467,25 +467,7 @@ def peek_header(name: str) -> tuple[bytes, int, float]:
 # ------------------------------------------------------------------------ views
 
 
-@dataclass(frozen=True)
-class Live:
-    """All live header fields read at (nearly) one instant.
-
-    Each field is one aligned load; the set is not read atomically.
-    """
-
-    client_pid: int
-    frame_seq: int
-    action_seq: int
-    image_seq: int
-    image_frame_seq: int
-    heartbeat_ns: int
-    services_enabled: int
-    sim_mode: int
-    engine_state: int
-
-
-assert tuple(f for f in Live.__dataclass_fields__) == LIVE_FIELDS
+Live = hdr.LiveFields  # all live header fields read at (nearly) one instant
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,17 @@ def check_display(screenshot: bool = False) -> None:
         )
 
 
-def check_output_path(path: str, option: str) -> None:
-    """Refuse an output file (``--stats-json``) that could not be written, before any window exists.
+def check_output_path(path: str, option: str, example: str = "") -> None:
+    """Refuse an output file (``--stats-json``, ``--screenshot``) that could not be written, before any window exists.
+
+    Parameters
+    ----------
+    path
+        The file to write.
+    option
+        The option that named it (for the message).
+    example
+        A file name to suggest when ``path`` is a directory.
 
     Raises
     ------
@@ -66,7 +75,8 @@ def check_output_path(path: str, option: str) -> None:
     """
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
-        raise UsageError(f"{option} {path!r} is a directory; give a file name")
+        hint = f", e.g. {path.rstrip('/')}/{example}" if example else ""
+        raise UsageError(f"{option} {path!r} is a directory; give a file name{hint}")
     if not os.path.isdir(parent):
         raise UsageError(f"{option} {path!r}: directory {parent!r} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
@@ -95,13 +105,7 @@ def check_screenshot_path(path: str) -> None:
     UsageError
         ``path`` is a directory, or its directory is missing or not writable.
     """
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise UsageError(f"--screenshot {path!r} is a directory; give a file name, e.g. {path.rstrip('/')}/shot.png")
-    if not os.path.isdir(parent):
-        raise UsageError(f"--screenshot {path!r}: directory {parent!r} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"--screenshot {path!r}: directory {parent!r} is not writable")
+    check_output_path(path, "--screenshot", "shot.png")
 
 
 def run_window(args: argparse.Namespace) -> int:
