@@ -393,7 +393,7 @@ class MonitorCore:
             self.rates.polls_free_run += 1
         elif gap in (0, 1):
             att.turns.append(gap)
-            eng = sum(1 for g in att.turns if g == 0)
+            eng = att.turns.count(0)
             self.rates.polls_engine_turn = eng
             self.rates.polls_trainer_turn = len(att.turns) - eng
 

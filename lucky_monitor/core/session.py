@@ -139,8 +139,8 @@ class ImageFrame:
 
     grid: np.ndarray
     layout: GridGeometry
-    display_layout: GridGeometry  # the tiles inside ``grid`` (the layout at 1 / step)
-    step: int
+    display_layout: GridGeometry  # the tiles inside ``grid`` (as large as the screen shows them)
+    step: float  # source pixels per display pixel (1.0: full size)
     scale: tuple[float, float]
     image_seq: int
     image_frame_seq: int
@@ -150,7 +150,7 @@ class ImageFrame:
     new: bool
 
     def shown_tile(self, env: int) -> np.ndarray:
-        """``env``'s tile as it sits in :attr:`grid` (downscaled by :attr:`step`; tiles not in view are stale)."""
+        """``env``'s tile as it sits in :attr:`grid` (shrunk by :attr:`step`; tiles not in view are stale)."""
         g = self.display_layout
         x0, y0 = g.tile_origin(env)
         return self.grid[y0 : y0 + g.height, x0 : x0 + g.width]
@@ -372,22 +372,32 @@ class ViewRequest:
     y1: float
     screen_px: float
 
-    @property
-    def step(self) -> int:
-        """Source pixels per display pixel: the largest whole number not above ``1 / screen_px``."""
-        if not (self.screen_px > 0 and math.isfinite(self.screen_px)):
-            return 1
-        return max(1, math.floor(1.0 / self.screen_px + 1e-9))
+    def display_tile(self, height: int, width: int, gap: int) -> tuple[int, int]:
+        """A ``height × width`` tile's size in screen pixels, whole: the size of its display copy.
+
+        At full size or larger (``screen_px >= 1``) that is the tile's own
+        size (Qt scales it up); smaller, it is the tile's screen size, so
+        that the display buffer is as large as the screen shows it and
+        drawing it is a blit. Gaps shrink to one pixel.
+        """
+        sp = self.screen_px
+        if not (sp > 0 and math.isfinite(sp)) or sp >= 1:
+            return height, width
+        gd = min(1, gap)
+        th = min(height, max(1, round((height + gap) * sp) - gd))
+        tw = min(width, max(1, round((width + gap) * sp) - gd))
+        return th, tw
 
 
 class GridDisplay:
-    """The grid as shown: full-resolution layout, and two display buffers at the view's step.
+    """The grid as shown: full-resolution layout, and two display buffers at the screen's size.
 
     Work per frame is bounded by the screen: only the tiles in view are
     copied, and when tiles are shown smaller than their pixels they are
-    downscaled by ``step`` on the way (a fixed four-pixel sample per output
-    pixel, :meth:`Tiler.tile`), so the cost tracks output pixels, not segment
-    bytes. A torn copy is never swapped in: the front buffer always holds the
+    shrunk on the way to the size the screen shows them (a fixed four-pixel
+    sample per output pixel, :meth:`Tiler.tile`), so the cost tracks output
+    pixels, not segment bytes, and the window draws the buffer without
+    scaling it again. A torn copy is never swapped in: the front buffer always holds the
     last good frame. Coordinates stay those of the full-resolution
     :attr:`geometry`; a display pixel covers :attr:`scale` grid pixels.
     """
@@ -402,22 +412,22 @@ class GridDisplay:
         self.shape = (n, h, w, c)
         self.gap = gap
         self.gap_value = gap_value
-        self.step = 1
+        self.tile = (h, w)  # display tile size
         self.front: Tiler | None = None
         self.back: Tiler | None = None
         self.has_frame = False
         self._plan = Tiler(n, h, w, c, gap=gap, allocate=False)
-        self._geometry_key: tuple[GridGeometry, int] | None = None
+        self._geometry_key: tuple[int, int | None, bool] | None = None
         self._geometry = self._plan.geometry
 
     @property
     def geometry(self) -> GridGeometry:
-        g = self._plan.geometry
-        out_c = self.front.geometry.out_channels if self.front is not None else g.out_channels
-        key = (g, out_c)
+        plan, front = self._plan, self.front
+        key = (plan.columns, plan.columns_setting, plan.shows_alpha if front is None else front.shows_alpha)
         if key != self._geometry_key:  # one value per layout: views compare it, and it is asked every tick
             self._geometry_key = key
-            self._geometry = replace(g, out_channels=out_c)
+            g = plan.geometry
+            self._geometry = replace(g, out_channels=4 if key[2] else 3)
         return self._geometry
 
     @property
@@ -428,8 +438,17 @@ class GridDisplay:
         f = self.front
         return (w + self.gap) / (f.width + f.gap), (h + self.gap) / (f.height + f.gap)
 
-    def configure(self, columns: int | None, step: int | None = None) -> str | None:
-        """Plan the layout and (re)allocate both buffers; return why ``columns`` could not be used."""
+    @property
+    def step(self) -> float:
+        """Source pixels per display pixel (the larger of the two axes; 1.0 at full size)."""
+        _, h, w, _ = self.shape
+        return max(h / self.tile[0], w / self.tile[1])
+
+    def configure(self, columns: int | None, tile: tuple[int, int] | None = None) -> str | None:
+        """Plan the layout and (re)allocate both buffers; return why ``columns`` could not be used.
+
+        ``tile``: the display tile size (``None``: keep the current one), at most the images' size.
+        """
         n, h, w, c = self.shape
         err = None
         try:
@@ -439,13 +458,12 @@ class GridDisplay:
                 raise
             err = str(exc)
             self._plan.columns = None
-        if step is not None:
-            self.step = max(1, min(step, h, w))
-        k = self.step
-        gd = self.gap if k == 1 else (min(1, self.gap) if self.gap else 0)
+        if tile is not None:
+            self.tile = (max(1, min(int(tile[0]), h)), max(1, min(int(tile[1]), w)))
+        th, tw = self.tile
+        gd = self.gap if (th, tw) == (h, w) else min(1, self.gap)
         cols = self._plan.columns
         alpha = self.front is not None and self.front.shows_alpha
-        th, tw = -(-h // k), -(-w // k)  # every source pixel belongs to a display pixel
         self.front = Tiler(n, th, tw, c, columns=cols, gap=gd, gap_value=self.gap_value)
         self.back = Tiler(n, th, tw, c, columns=cols, gap=gd, gap_value=self.gap_value)
         if alpha:
@@ -468,7 +486,7 @@ class GridDisplay:
             flip_rows=bottom_up != o.flip_rows,
             swap_rb=o.swap_rb,
             show_alpha=o.show_alpha,
-            step=self.step,
+            step=None,
             region=region,
         )
 
@@ -708,9 +726,10 @@ class MonitorSession:
         self._view = view
         g = self._grid
         if g is not None:
-            step = 1 if view is None else view.step
-            if min(step, g.shape[1], g.shape[2]) != g.step:
-                g.configure(self._display.columns if self._display_error is None else None, step)
+            _, h, w, _ = g.shape
+            tile = (h, w) if view is None else view.display_tile(h, w, g.gap)
+            if tile != g.tile:
+                g.configure(self._display.columns if self._display_error is None else None, tile)
         self._link.request_images()
 
     def read_pixel(self, env: int, x: int, y: int) -> PixelReading | None:
@@ -903,7 +922,9 @@ class MonitorSession:
         self._bottom_up = h.bottom_up
         try:
             grid = GridDisplay(h.num_envs, h.image_height, h.image_width, h.image_channels)
-            err = grid.configure(self._display.columns, 1 if self._view is None else self._view.step)
+            h_, w_ = h.image_height, h.image_width
+            tile = (h_, w_) if self._view is None else self._view.display_tile(h_, w_, grid.gap)
+            err = grid.configure(self._display.columns, tile)
         except TilerError as exc:  # a grid too large to allocate: say so, show no images
             self._display_error = f"images not shown: {exc}"
             return

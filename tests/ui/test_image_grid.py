@@ -53,7 +53,7 @@ def test_set_frame_is_one_tile_and_one_set_image_wrapping_the_grid(grid_widget, 
     images = rng.integers(0, 256, (16, 32, 32, 3), dtype=np.uint8)
     grid_widget.set_frame(images)
     calls = {"tile": 0, "setImage": 0}
-    tile, set_image = Tiler.tile, grid_widget.image_item.setImage
+    tile, set_image = Tiler.tile, grid_widget.image_item.set_image
 
     def counting_tile(self, *a, **k):
         calls["tile"] += 1
@@ -61,30 +61,32 @@ def test_set_frame_is_one_tile_and_one_set_image_wrapping_the_grid(grid_widget, 
 
     def counting_set_image(*a, **k):
         calls["setImage"] += 1
-        assert k.get("autoLevels") is False
         return set_image(*a, **k)
 
     monkeypatch.setattr(Tiler, "tile", counting_tile)  # either buffer of the double-buffered grid
-    monkeypatch.setattr(grid_widget.image_item, "setImage", counting_set_image)
+    monkeypatch.setattr(grid_widget.image_item, "set_image", counting_set_image)
     for _ in range(5):
         grid_widget.set_frame(images)
     assert calls == {"tile": 5, "setImage": 5}
 
     settle(grid_widget)
-    assert grid_widget.image_item.levels is None and grid_widget.image_item.lut is None
+    # The grid is shown in place and converted once into the raster engine's native format,
+    # so a paint is a blit: the QImage is Qt's own (never the grid's memory), pixel for pixel the grid.
+    assert grid_widget.image_item.image.ctypes.data == grid_widget.tiler.grid.ctypes.data
     qimage = grid_widget.image_item.qimage
-    assert qimage.format() == QtGui.QImage.Format.Format_RGB888
-    # pyqtgraph's pass-through: the displayed QImage is the grid's memory, not a copy.
+    assert qimage.format() == QtGui.QImage.Format.Format_RGB32
     bits = np.frombuffer(qimage.constBits(), np.uint8)
-    assert bits.__array_interface__["data"][0] == grid_widget.tiler.grid.ctypes.data
+    assert bits.__array_interface__["data"][0] != grid_widget.tiler.grid.ctypes.data
+    argb = bits.reshape(qimage.height(), qimage.bytesPerLine() // 4, 4)[:, : qimage.width()]
+    np.testing.assert_array_equal(argb[..., 2::-1], grid_widget.tiler.grid)  # B,G,R,255 in memory
 
 
 def test_copy_frame_then_present_keeps_no_reference(grid_widget, solid_images, monkeypatch):
     images = solid_images(6, 10, 12).copy()
     images.flags.writeable = False  # like a read-only view of the mapping
     calls = []
-    set_image = grid_widget.image_item.setImage
-    monkeypatch.setattr(grid_widget.image_item, "setImage", lambda *a, **k: (calls.append(1), set_image(*a, **k)))
+    set_image = grid_widget.image_item.set_image
+    monkeypatch.setattr(grid_widget.image_item, "set_image", lambda *a, **k: (calls.append(1), set_image(*a, **k)))
     grid_widget.copy_frame(images, FrameMeta(src_format="rgb"))
     assert calls == []  # copied, not shown yet
     expected = images[4].copy()
@@ -194,7 +196,7 @@ def test_controls_replan_and_reformat(grid_widget, solid_images):
     assert t.grid.shape[2] == 4
     np.testing.assert_array_equal(t.tile_view(7), images[7][..., [2, 1, 0, 3]])
     settle(grid_widget)
-    assert grid_widget.image_item.qimage.format() == QtGui.QImage.Format.Format_RGBA8888
+    assert grid_widget.image_item.qimage.format() == QtGui.QImage.Format.Format_ARGB32_Premultiplied
 
     grid_widget.channel_combo.setCurrentIndex(1)
     np.testing.assert_array_equal(t.tile_view(7), images[7])
@@ -426,7 +428,7 @@ def test_controls_in_session_mode_ask_the_session_and_do_not_retile(grid_widget,
     grid_widget.show_image(frame)
     before = frame.grid.copy()
     calls = {"tile": 0, "setImage": 0}
-    tile, set_image = Tiler.tile, grid_widget.image_item.setImage
+    tile, set_image = Tiler.tile, grid_widget.image_item.set_image
 
     def counting_tile(self, *a, **k):
         calls["tile"] += 1
@@ -437,7 +439,7 @@ def test_controls_in_session_mode_ask_the_session_and_do_not_retile(grid_widget,
         return set_image(*a, **k)
 
     monkeypatch.setattr(Tiler, "tile", counting_tile)
-    monkeypatch.setattr(grid_widget.image_item, "setImage", counting_set_image)
+    monkeypatch.setattr(grid_widget.image_item, "set_image", counting_set_image)
     asked: list[DisplayOptions] = []
     grid_widget.display_changed.connect(asked.append)
 
