@@ -298,14 +298,16 @@ def _sample(block: np.ndarray, h: int, w: int, scratch: _Scratch | None = None) 
     np.copyto(rows, rows8)
     np.take(block, rb, axis=-3, out=rows8, mode="clip")
     rows += rows8
+    # Columns: each pixel plus the one d to its right (one contiguous add over whole rows), then one
+    # gather of those pair sums at the a positions.
+    d = int(cb[0] - ca[0])
+    flat = rows.reshape(*lead, h, big_w * c)
+    pairs = ws.get("pairs", (*lead, h, (big_w - d) * c), np.uint16)
+    np.add(flat[..., : (big_w - d) * c], flat[..., d * c :], out=pairs)
     pixel = np.dtype((np.void, 2 * c))
-    pixels = rows.view(pixel)[..., 0]  # (..., h, W): one item per pixel
     acc = ws.get("acc", (*lead, h, w), pixel)
-    other = ws.get("other", (*lead, h, w), pixel)
-    np.take(pixels, ca, axis=-1, out=acc, mode="clip")
-    np.take(pixels, cb, axis=-1, out=other, mode="clip")
+    np.take(pairs.view(pixel), ca, axis=-1, out=acc, mode="clip")  # one item per pixel
     acc16 = acc.view(np.uint16)
-    acc16 += other.view(np.uint16)
     acc16 += 2
     acc16 >>= 2
     out8 = ws.get("out", (*lead, h, w, c), np.uint8)
