@@ -117,6 +117,14 @@ def add_window_arguments(p: argparse.ArgumentParser) -> None:
         "to stay under it, never reading less (default 10; 0: no limit)",
     )
     p.add_argument(
+        "--nice",
+        metavar="N",
+        type=_nice_value,
+        default=10,
+        help="run the window at this Unix nice value, 0-19 (default 10): on a machine the engine and "
+        "trainer keep busy, they get the CPU first and the window paints less; 0 leaves it as started",
+    )
+    p.add_argument(
         "--stats-json",
         metavar="FILE",
         help="at exit, write what the window did (ticks, frames and images published/seen/presented, "
@@ -141,6 +149,16 @@ def _budget_pct(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0 <= v <= 1600:
         raise argparse.ArgumentTypeError(f"{text!r} must be a percentage of one core, 0 (no limit) to 1600")
+    return v
+
+
+def _nice_value(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= v <= 19:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a nice value from 0 (as started) to 19 (lowest)")
     return v
 
 

@@ -35,13 +35,35 @@ the window handled and the grid updates it presented.
 from __future__ import annotations
 
 import math
+import os
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from .session import Tick
 
-__all__ = ["LADDER", "POLL_HZ", "CpuBudget", "Rates", "RunStats"]
+__all__ = ["LADDER", "POLL_HZ", "CpuBudget", "Rates", "RunStats", "lower_priority"]
+
+
+def lower_priority(nice: int) -> int | None:
+    """Run this process at Unix nice value ``nice`` or lower priority; return the value in force.
+
+    Never raises the priority (a process already nicer stays so; raising needs
+    privileges anyway). ``None`` where the platform has no nice values. On a
+    machine the engine and trainer keep busy, the scheduler then gives them
+    the CPU first: the window's budget bounds its average cost, this bounds
+    who waits when both want the same core at once.
+    """
+    if not hasattr(os, "getpriority"):
+        return None
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, 0)
+        if nice > current:
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+        return os.getpriority(os.PRIO_PROCESS, 0)
+    except OSError:
+        return None
+
 
 #: The window's poll rate: an image rate at or above it means "every new image".
 POLL_HZ = 60.0

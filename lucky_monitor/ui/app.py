@@ -135,9 +135,12 @@ def run_window(args: argparse.Namespace) -> int:
 def _run_window(args: argparse.Namespace, name: str | None, stats_path: str | None, asked: list[int]) -> int:
     from PySide6 import QtCore, QtWidgets
 
+    from lucky_monitor.core.budget import lower_priority
+
     from .main_window import MainWindow
     from .theme import apply_theme
 
+    lower_priority(int(getattr(args, "nice", 10)))
     # instance() is typed as QCoreApplication; here it can only be a QApplication
     app = typing.cast(QtWidgets.QApplication | None, QtWidgets.QApplication.instance())
     app = app or QtWidgets.QApplication([sys.argv[0]])

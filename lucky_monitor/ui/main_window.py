@@ -358,17 +358,17 @@ class MainWindow(QtWidgets.QMainWindow):
         if tick is None:
             return
         text = tick.text + (f" — {tick.reason}" if tick.reason else "") + (f"   ({tick.notice})" if tick.notice else "")
-        self.state_label.setText(text)
-        self.state_label.setStyleSheet(f"color: {state_color(tick.state)};")
+        _set_text(self.state_label, text)
+        _set_style(self.state_label, f"color: {state_color(tick.state)};")
         if tick.header is not None:
             # The same rounding as the panel: both read this tick's rates.
             fps = "—" if tick.rates.frames_per_s is None else f"{tick.rates.frames_per_s:.1f}"
             ips = "—" if tick.rates.images_per_s is None else f"{tick.rates.images_per_s:.1f}"
-            self.rate_label.setText(f"{fps} frames/s   {ips} images/s   poll {self._tick_cost * 1e3:4.1f} ms")
+            _set_text(self.rate_label, f"{fps} frames/s   {ips} images/s   poll {self._tick_cost * 1e3:4.1f} ms")
         else:
-            self.rate_label.setText("")
-        self.budget_label.setText(self.budget.text())
-        self.budget_label.setStyleSheet("color: #e0a030;" if self.budget.over_budget else "")
+            _set_text(self.rate_label, "")
+        _set_text(self.budget_label, self.budget.text())
+        _set_style(self.budget_label, "color: #e0a030;" if self.budget.over_budget else "")
         title = f"lucky-monitor — {tick.name or 'no segment'} — {tick.state.value}"
         if self._paused:
             title += " (paused)"
@@ -462,3 +462,15 @@ class MainWindow(QtWidgets.QMainWindow):
             quick.setSource(QtCore.QUrl())
         self.session.close()
         super().closeEvent(event)
+
+
+def _set_text(label: QtWidgets.QLabel, text: str) -> None:
+    """Set a label's text only when it changes (each change re-lays out the status bar)."""
+    if label.text() != text:
+        label.setText(text)
+
+
+def _set_style(widget: QtWidgets.QWidget, sheet: str) -> None:
+    """Set a style sheet only when it changes (each set re-polishes the widget)."""
+    if widget.styleSheet() != sheet:
+        widget.setStyleSheet(sheet)

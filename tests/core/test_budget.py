@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -155,3 +158,16 @@ def test_run_stats_sum_over_attaches_and_count_late_ticks():
 def test_run_stats_of_no_ticks():
     out = RunStats(0.0, 0.0, 0.0).result(1.0, 0.0)
     assert out["ticks"] == 0 and out["tick_ms_p50"] is None and out["frames_published"] == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no Unix nice values on this platform")
+def test_lower_priority_lowers_and_never_raises():
+    # in a child: a nice value cannot be undone by an unprivileged process
+    code = (
+        "import os; from lucky_monitor.core.budget import lower_priority; "
+        "start = os.getpriority(os.PRIO_PROCESS, 0); "
+        "print(start, lower_priority(start + 3), lower_priority(start + 1), lower_priority(0))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    start, lowered, again, zero = (int(v) for v in out.stdout.split())
+    assert lowered == again == zero == min(start + 3, 19)

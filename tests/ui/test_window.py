@@ -391,6 +391,8 @@ def test_stats_json_is_written_at_exit(tmp_path, subprocess_env):
         assert bad.returncode == 2 and "--stats-json" in bad.stderr
         bad = subprocess.run([*argv, "--cpu-budget", "-5"], capture_output=True, text=True, env=env, timeout=60)
         assert bad.returncode == 2 and "--cpu-budget" in bad.stderr
+        bad = subprocess.run([*argv, "--nice", "25"], capture_output=True, text=True, env=env, timeout=60)
+        assert bad.returncode == 2 and "--nice" in bad.stderr and "19" in bad.stderr
     finally:
         eng.terminate()
         eng.wait(10)
