@@ -91,7 +91,7 @@ LIVE_RULES: tuple[tuple[str, str], ...] = (
     ("C26", "ring positions multiples of 8, used <= cap - 8"),
     ("C20", "turn rule with a trainer attached"),
     ("C43", "frame_seq advances by 1 on each trainer step"),
-    ("C45", "engine left as found, tools channel released"),
+    ("C44", "engine left as found, tools channel released"),
 )
 
 #: A heartbeat refreshed less often than this fails C25 (LAYOUT §8.3).
@@ -632,7 +632,7 @@ class LiveProbe:
             "C26": self._rule_rings(),
             "C20": self._rule_turn(),
             "C43": self._rule_steps(),
-            "C45": released,
+            "C44": released,
         }
         return [RuleResult(name, out[rid][0], out[rid][1], (rid,)) for rid, name in LIVE_RULES]
 

@@ -79,7 +79,7 @@ MISBEHAVIOURS: dict[str, str] = {
     "ring-unaligned": "the main s2c write_pos is moved by 4 bytes at start (not a multiple of 8) [C26]",
     "ignore-trainer": "with a trainer attached the engine steps flat out without waiting for it [C20]",
     "stall-step": "with a trainer attached, after 5 steps the engine never ends its turn [C43]",
-    "sticky-disable": "re-enabling the Scene service is refused [C45]",
+    "sticky-disable": "re-enabling the Scene service is refused [C44]",
 }
 
 
