@@ -112,13 +112,20 @@ SAMPLE_S = 0.0005
 UNKNOWN_METHOD = 0x7F01
 #: Bytes that are no envelope (the root offset points far outside them).
 MALFORMED = b"\xf0\xff\xff\x7f" + b"\x00" * 12
-#: Requests that wait on the deadline, at most (the probe's plan, restore included).
+#: Requests that may wait on the deadline, at most: the plan sends 32 (13 requests, 3 around the
+#: bad ones, 3 for a disabled service, 4 for Camera/Viewport, up to 9 to restore); a request past
+#: this count is not sent, so the bound below holds by construction.
 MAX_EXCHANGES = 40
 
 
 def budget_s(seconds: float, deadline_s: float) -> float:
-    """The bound on one probe's wall time: every exchange at its deadline, plus the fixed waits."""
-    fixed = QUIET_S + IMAGE_HOLD_S + max(deadline_s, 2.0) + 1.0
+    """The bound on one probe's wall time (seconds).
+
+    Every exchange at its deadline, the quiet window after the undecodable
+    envelope, the Camera/Viewport hold, the claim and resume waits (each at
+    most ``max(deadline_s, 2)``), the timed window, and 1 s for the rest.
+    """
+    fixed = QUIET_S + IMAGE_HOLD_S + 2 * max(deadline_s, 2.0) + 1.0
     return seconds + MAX_EXCHANGES * deadline_s + fixed
 
 
@@ -217,6 +224,8 @@ class _Talker:
         """Send one request and wait (at most the deadline) for its reply."""
         ex = Exchange(label, method, None)
         self.exchanges.append(ex)
+        if self.gone is None and len(self.exchanges) > MAX_EXCHANGES:
+            self.gone = f"not sent: over the probe's {MAX_EXCHANGES} requests"
         if self.gone is not None:
             ex.sent = False
             return ex

@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -169,6 +171,17 @@ CASES: dict[str, tuple[str, str, bool]] = {
     "stall-step": ("C43", "the engine's turn at frame_seq", True),
     "sticky-disable": ("C44", "SetServiceEnabled(Scene, on): engine says", False),
 }
+
+
+def test_every_live_rule_is_a_checklist_item_of_layout_md_and_explained_in_conformance_md() -> None:
+    schema = Path(__file__).resolve().parents[2] / "schema"
+    layout = (schema / "LAYOUT.md").read_text()
+    checklist = layout[layout.index("## 14. Conformance checklist") :]
+    guide = (schema / "CONFORMANCE.md").read_text()
+    for rid, _ in LIVE_RULES:
+        assert re.search(rf"^\| {rid} \|", checklist, flags=re.MULTILINE), rid
+        assert re.search(rf"^\| {rid} \|", guide, flags=re.MULTILINE), rid
+        assert f"[{rid}]" in layout[: layout.index("## 14. Conformance checklist")], rid  # marked where it is stated
 
 
 def test_every_misbehaviour_has_a_case_and_every_live_rule_a_misbehaviour() -> None:
