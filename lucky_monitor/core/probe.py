@@ -51,7 +51,6 @@ from ..protocol.enums import EngineState, Service, SimMode
 from ..protocol.envelope import Envelope, decode, encode
 from ..protocol.errors import (
     EnvelopeError,
-    LuckyMonitorError,
     RingCorrupt,
     ToolsChannelBusy,
     ToolsChannelUnavailable,
@@ -146,6 +145,7 @@ class Exchange:
     wrong_ids: list[int] = field(default_factory=list)
     undecodable: list[str] = field(default_factory=list)
     duplicates: int = 0
+    late: int = 0  # replies that came after the deadline (they do not make it answered)
     wait_s: float = 0.0
     timed_out: bool = False
     sent: bool = True  # False: not sent, the engine had stopped answering
@@ -202,7 +202,9 @@ class _Talker:
             return
         target = self.by_cid.get(env.correlation_id)
         if target is not None:
-            if target.answered:
+            if target.timed_out:
+                target.late += 1
+            elif target.answered:
                 target.duplicates += 1
             else:
                 target.replies.append(env)
@@ -267,7 +269,7 @@ class _Talker:
                     break
                 if now - t0 >= limit_s:
                     break
-                time.sleep(0.0002)
+                time.sleep(0.0005)
         finally:
             self.current = None
             ex.wait_s = self.clock() - t0
@@ -655,7 +657,10 @@ class LiveProbe:
         sent = [e for e in reqs if e.sent and e.answered]
         slowest = max((e.wait_s for e in sent), default=0.0)
         if late or unsent:
-            parts = [f"{e.label}: no response within {self.deadline_s:g} s" for e in late[:4]]
+            parts = [
+                f"{e.label}: no response within {self.deadline_s:g} s" + (" (it came later)" if e.late else "")
+                for e in late[:4]
+            ]
             if unsent:
                 parts.append(f"{len(unsent)} more {self.t.gone or 'not sent'}")
             return FAIL, "; ".join(parts)
@@ -916,8 +921,6 @@ def run_live_probe(
                 raise UnavailableError(f"{name}: {gone or seg.still_valid()} during the live check")
             released = _as_found(probe, seg, tools_owner(seg), client.channel.pid)
             return probe.results(released)
-    except LuckyMonitorError:
-        raise
     finally:
         session.close()
 

@@ -23,8 +23,10 @@ from pathlib import Path
 import pytest
 
 from lucky_monitor.cli import main
-from lucky_monitor.core.probe import LIVE_RULES, budget_s
+from lucky_monitor.core.probe import LIVE_RULES, _Talker, budget_s
+from lucky_monitor.protocol.envelope import Envelope, decode, encode
 from lucky_monitor.protocol.errors import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE
+from lucky_monitor.protocol.messages import RESPONSE_OF, GetServicesReq, MethodId
 from lucky_monitor.sim.engine import MISBEHAVIOURS
 from lucky_monitor.transport.shm import Segment, platform_kind, shm_path
 from lucky_monitor.transport.tools import ToolsChannel, tools_owner
@@ -301,3 +303,73 @@ def test_misbehave_is_refused_unless_known(capsys) -> None:
     code = main(["sim", "--name", _name(), "--misbehave", "sing", "--steps", "0"])
     assert code == 2
     assert "--misbehave sing: unknown" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- attribution, without an engine
+
+
+class ScriptedClient:
+    """A command client whose tools s2c ring delivers what ``answer(cid, sends)`` returns, one poll later."""
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+        self.next = 0x100
+        self.queue: list[bytes] = []
+        self.sends = 0
+
+    def next_id(self) -> int:
+        self.next += 1
+        return self.next
+
+    def push_raw(self, data: bytes) -> None:
+        self.sends += 1
+        self.queue += self.answer(decode(data), self.sends)
+
+    def drain_raw(self) -> list[bytes]:
+        out, self.queue = self.queue, []
+        return out
+
+
+def _resp(req, cid: int | None = None, sent_ns: int | None = None) -> bytes:
+    env = Envelope(
+        RESPONSE_OF[req.method], req.correlation_id if cid is None else cid, None, "refused", sent_ns or req.sent_ns + 1
+    )
+    return encode(env)
+
+
+def test_a_reply_after_the_deadline_does_not_count_as_an_answer() -> None:
+    held: list[bytes] = []
+
+    def answer(req, n: int) -> list[bytes]:
+        if n == 1:
+            held.append(_resp(req))  # answered only once the next request is sent: too late
+            return []
+        return [*held, _resp(req)]
+
+    talker = _Talker(ScriptedClient(answer), 0.05, time.monotonic)
+    first = talker.send("GetServices", MethodId.GetServicesReq, GetServicesReq())
+    second = talker.send("GetServices again", MethodId.GetServicesReq, GetServicesReq())
+    assert first.timed_out and not first.answered and first.late == 1
+    assert second.answered and second.reply is not None and second.reply.correlation_id == second.cid
+
+
+def test_duplicates_and_wrong_ids_are_told_apart() -> None:
+    def answer(req, n: int) -> list[bytes]:
+        if n == 1:
+            return [_resp(req), _resp(req)]  # twice
+        return [_resp(req, cid=0xBAD)]  # someone else's id
+
+    talker = _Talker(ScriptedClient(answer), 0.5, time.monotonic)
+    one = talker.send("GetServices", MethodId.GetServicesReq, GetServicesReq())
+    two = talker.send("GetServices again", MethodId.GetServicesReq, GetServicesReq())
+    assert one.duplicates == 1 and not one.wrong_ids
+    assert two.wrong_ids == [0xBAD] and two.answered
+
+
+def test_two_silent_requests_in_a_row_stop_the_sending() -> None:
+    client = ScriptedClient(lambda req, n: [])
+    talker = _Talker(client, 0.02, time.monotonic)
+    exs = [talker.send(f"r{i}", MethodId.GetServicesReq, GetServicesReq()) for i in range(5)]
+    assert client.sends == 2
+    assert [e.sent for e in exs] == [True, True, False, False, False]
+    assert talker.gone is not None and "none of the last 2" in talker.gone
