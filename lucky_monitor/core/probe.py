@@ -57,6 +57,7 @@ from ..protocol.errors import (
     UnavailableError,
 )
 from .conformance import FAIL, PASS, RuleResult
+from .text import safe_text
 
 if TYPE_CHECKING:
     from ..transport.shm import Segment
@@ -111,6 +112,8 @@ SAMPLE_S = 0.0005
 UNKNOWN_METHOD = 0x7F01
 #: Bytes that are no envelope (the root offset points far outside them).
 MALFORMED = b"\xf0\xff\xff\x7f" + b"\x00" * 12
+#: A rule's detail is cut to this many characters (it may quote the engine's error messages).
+DETAIL_MAX = 600
 #: Requests that may wait on the deadline, at most: the plan sends 32 (13 requests, 3 around the
 #: bad ones, 3 for a disabled service, 4 for Camera/Viewport, up to 9 to restore); a request past
 #: this count is not sent, so the bound below holds by construction.
@@ -645,7 +648,8 @@ class LiveProbe:
             "C43": self._rule_steps(),
             "C44": released,
         }
-        return [RuleResult(name, out[rid][0], out[rid][1], (rid,)) for rid, name in LIVE_RULES]
+        # The engine's words (error messages) are in some details: plain text, bounded, escaped.
+        return [RuleResult(name, out[rid][0], safe_text(out[rid][1], DETAIL_MAX), (rid,)) for rid, name in LIVE_RULES]
 
     def _valid_requests(self) -> list[Exchange]:
         return [e for e in self.requests if e.sent]

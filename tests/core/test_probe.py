@@ -23,9 +23,11 @@ from pathlib import Path
 import pytest
 
 from lucky_monitor.cli import main
-from lucky_monitor.core.probe import LIVE_RULES, _Talker, budget_s
+from lucky_monitor.core.conformance import FAIL, PASS
+from lucky_monitor.core.probe import DETAIL_MAX, LIVE_RULES, LiveProbe, _Talker, budget_s
 from lucky_monitor.protocol.envelope import Envelope, decode, encode
 from lucky_monitor.protocol.errors import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE
+from lucky_monitor.protocol.header import plan
 from lucky_monitor.protocol.messages import RESPONSE_OF, GetServicesReq, MethodId
 from lucky_monitor.sim.engine import MISBEHAVIOURS
 from lucky_monitor.transport.shm import Segment, platform_kind, shm_path
@@ -373,3 +375,27 @@ def test_two_silent_requests_in_a_row_stop_the_sending() -> None:
     assert client.sends == 2
     assert [e.sent for e in exs] == [True, True, False, False, False]
     assert talker.gone is not None and "none of the last 2" in talker.gone
+
+
+class FakeSegment:
+    """What the probe reads of a segment: a header and live fields (services all on)."""
+
+    def __init__(self) -> None:
+        self.header = plan(num_envs=2, obs_size=1, act_size=1, tools_ring_size=4096, session_id=1)
+
+    def counter(self, field: str) -> int:
+        return 0xFF if field == "services_enabled" else 0
+
+
+def test_the_engines_words_reach_the_report_bounded_and_escaped() -> None:
+    hostile = "\x1b[31mred\nline\u202e" + "x" * 20000
+
+    def answer(req, n: int) -> list[bytes]:
+        return [encode(Envelope(RESPONSE_OF[req.method], req.correlation_id, None, hostile, req.sent_ns + 1))]
+
+    probe = LiveProbe(FakeSegment(), ScriptedClient(answer), seconds=0.0, deadline_s=0.5)
+    probe.probe_disabled_service()  # SetServiceEnabled(Scene, off) refused with the hostile text
+    row = {r.ids[0]: r for r in probe.results((PASS, "restored"))}["C34"]
+    assert row.status == FAIL and "refused: engine says:" in row.detail
+    assert "\x1b" not in row.detail and "\n" not in row.detail and "\u202e" not in row.detail
+    assert "\\x1b" in row.detail and len(row.detail) <= DETAIL_MAX
