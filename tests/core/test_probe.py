@@ -13,6 +13,8 @@ import json
 import os
 import re
 import select
+import signal
+import struct
 import subprocess
 import sys
 import time
@@ -25,9 +27,17 @@ import pytest
 from lucky_monitor.cli import main
 from lucky_monitor.core.conformance import FAIL, PASS
 from lucky_monitor.core.probe import DETAIL_MAX, LIVE_RULES, LiveProbe, _Talker, budget_s
+from lucky_monitor.protocol.enums import Service
 from lucky_monitor.protocol.envelope import Envelope, decode, encode
-from lucky_monitor.protocol.errors import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE
-from lucky_monitor.protocol.header import plan
+from lucky_monitor.protocol.errors import (
+    EXIT_BUSY,
+    EXIT_FAILED,
+    EXIT_HEADER,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+)
+from lucky_monitor.protocol.header import OFFSET, plan
 from lucky_monitor.protocol.messages import RESPONSE_OF, GetServicesReq, MethodId
 from lucky_monitor.sim.engine import MISBEHAVIOURS
 from lucky_monitor.transport.shm import Segment, platform_kind, shm_path
@@ -216,7 +226,7 @@ def test_each_misbehaviour_fails_exactly_its_rule(subprocess_env, capsys, kind: 
 
 _SILENT = """
 import sys, time
-from lucky_monitor.protocol.header import plan
+from lucky_monitor.protocol.header import OFFSET, plan
 from lucky_monitor.transport.shm import EngineSegment
 import os
 h = plan(num_envs=4, obs_size=6, act_size=2, cmd_ring_size=4096, tools_ring_size=4096,
@@ -399,3 +409,52 @@ def test_the_engines_words_reach_the_report_bounded_and_escaped() -> None:
     assert row.status == FAIL and "refused: engine says:" in row.detail
     assert "\x1b" not in row.detail and "\n" not in row.detail and "\u202e" not in row.detail
     assert "\\x1b" in row.detail and len(row.detail) <= DETAIL_MAX
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_in_the_middle_still_restores_the_engine_and_releases_the_channel(subprocess_env) -> None:
+    """SIGINT while Camera and Viewport are disabled: they are enabled again, the channel is free, exit 130."""
+    with engine(subprocess_env) as name, Segment.attach(name) as seg:
+        found = seg.counter("services_enabled")
+        cmd = [
+            sys.executable,
+            "-m",
+            "lucky_monitor",
+            "check",
+            name,
+            "--live",
+            "--seconds",
+            "30",
+            "--deadline",
+            DEADLINE,
+        ]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=subprocess_env)
+        try:
+            t_end = time.monotonic() + 60
+            camera = 1 << Service.CAMERA
+            while seg.counter("services_enabled") & camera:
+                assert proc.poll() is None and time.monotonic() < t_end, "the probe never disabled Camera"
+                time.sleep(0.001)
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(60)
+            err = proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stderr.close()
+        assert code == EXIT_INTERRUPTED, err
+        assert "Traceback" not in err
+        assert seg.counter("services_enabled") == found
+        assert tools_owner(seg) == 0
+
+
+def test_live_check_of_an_invalid_header_stops_at_the_header(segment_factory, capsys) -> None:
+    eng = segment_factory()
+    struct.pack_into("<I", eng.buf, OFFSET["num_envs"], 0)
+    capsys.readouterr()
+    code = main(["check", eng.name, "--live", "--seconds", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == EXIT_HEADER
+    assert not any(r["rule"] in dict(LIVE_RULES).values() for r in report["rules"])
+    assert struct.unpack_from("<I", eng.buf, eng.header.tools_offset)[0] == 0  # never claimed
