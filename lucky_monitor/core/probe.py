@@ -124,10 +124,11 @@ def budget_s(seconds: float, deadline_s: float) -> float:
     """The bound on one probe's wall time (seconds).
 
     Every exchange at its deadline, the quiet window after the undecodable
-    envelope, the Camera/Viewport hold, the claim and resume waits (each at
-    most ``max(deadline_s, 2)``), the timed window, and 1 s for the rest.
+    envelope, the Camera/Viewport hold, the claim wait and the two image
+    waits (before disabling, after enabling; each at most ``max(deadline_s,
+    2)``), the timed window, and 1 s for the rest.
     """
-    fixed = QUIET_S + IMAGE_HOLD_S + 2 * max(deadline_s, 2.0) + 1.0
+    fixed = QUIET_S + IMAGE_HOLD_S + 3 * max(deadline_s, 2.0) + 1.0
     return seconds + MAX_EXCHANGES * deadline_s + fixed
 
 
@@ -290,8 +291,6 @@ class _Samples:
     window_s: float = 0.0
     samples: int = 0
     states: set[int] = field(default_factory=set)
-    hb_values: int = 0
-    hb_first: int = 0
     hb_changes: int = 0
     hb_longest_s: float = 0.0
     hb_problem: str = ""
@@ -299,7 +298,6 @@ class _Samples:
     img_publishes: int = 0
     rings: dict[str, str] = field(default_factory=dict)
     ring_max_used: dict[str, int] = field(default_factory=dict)
-    attached_samples: int = 0
     turn_problem: str = ""
     turn_checked: int = 0
     steps_seen: int = 0
@@ -447,6 +445,20 @@ class LiveProbe:
             self.images = (NA, "neither Camera nor Viewport is available")
             return
         names = " and ".join(Service(b).label for b in bits)
+        c = self.seg.counter
+        # First, are images being published at all (a stopped camera stream publishes none)?
+        s_pre, f_pre, t_pre = c("image_seq"), c("frame_seq"), self.clock()
+        limit = max(self.deadline_s, 2.0)
+        while c("image_seq") == s_pre and self.clock() - t_pre < limit:
+            time.sleep(0.002)
+        if c("image_seq") == s_pre:
+            f_now = c("frame_seq")
+            self.images = (
+                NA,
+                f"image_seq stood at {s_pre} for {limit:g} s before anything was disabled (frame_seq {f_pre} -> "
+                f"{f_now}): no images published to stop",
+            )
+            return
         for b in bits:
             ex = self._set_service(b, False)
             if not ex.answered:
@@ -455,7 +467,6 @@ class LiveProbe:
             if not self._ok(ex):
                 self.images = (FAIL, f"SetServiceEnabled({Service(b).label}, off) refused: {_err(ex)}")
                 return
-        c = self.seg.counter
         s0, f0 = c("image_seq"), c("frame_seq")
         t0 = self.clock()
         moved = None
@@ -469,7 +480,6 @@ class LiveProbe:
             self._set_service(b, True)
         s1 = c("image_seq")
         t1 = self.clock()
-        limit = max(self.deadline_s, 2.0)
         while c("image_seq") == s1 and self.clock() - t1 < limit:
             time.sleep(0.002)
         s2, f2 = c("image_seq"), c("frame_seq")
@@ -503,7 +513,6 @@ class LiveProbe:
         t0 = self.clock()
         hb_prev = c("heartbeat_ns")
         hb_change_at = t0
-        s.hb_first = hb_prev
         img_prev = c("image_seq")
         odd_since: float | None = None
         even_seq, even_imf = -1, -1
@@ -578,7 +587,6 @@ class LiveProbe:
                 alive = client != 0 and pid_alive(client)
                 turn_k = None
             if alive and state == EngineState.RUNNING:
-                s.attached_samples += 1
                 if attach_a is not None and a != attach_a:
                     attach_a = None  # the trainer's first step after attaching: the turn rule applies from here
                 if attach_a is None:
