@@ -460,7 +460,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 def _check_args(p: argparse.ArgumentParser) -> None:
     p.epilog = (
-        "exit status: 0 every rule passes; 1 a rule fails; 2 the segment cannot be opened; "
+        "exit status: 0 every rule passes; 1 a rule fails; 2 bad arguments; 5 the segment cannot be opened; "
         "3 the header is invalid (the failing rule is shown, later rules are skipped)"
     )
     _name_arg(p)

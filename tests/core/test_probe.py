@@ -27,6 +27,7 @@ import pytest
 from lucky_monitor.cli import main
 from lucky_monitor.core.conformance import FAIL, PASS
 from lucky_monitor.core.probe import DETAIL_MAX, LIVE_RULES, LiveProbe, _Talker, budget_s
+from lucky_monitor.core.session import MonitorSession
 from lucky_monitor.protocol.enums import Service
 from lucky_monitor.protocol.envelope import Envelope, decode, encode
 from lucky_monitor.protocol.errors import (
@@ -39,7 +40,7 @@ from lucky_monitor.protocol.errors import (
 )
 from lucky_monitor.protocol.header import OFFSET, plan
 from lucky_monitor.protocol.messages import RESPONSE_OF, GetServicesReq, MethodId
-from lucky_monitor.sim.engine import MISBEHAVIOURS
+from lucky_monitor.sim.engine import MISBEHAVIOURS, EngineConfig, ReferenceEngine
 from lucky_monitor.transport.shm import Segment, platform_kind, shm_path
 from lucky_monitor.transport.tools import ToolsChannel, tools_owner
 
@@ -458,3 +459,29 @@ def test_live_check_of_an_invalid_header_stops_at_the_header(segment_factory, ca
     assert code == EXIT_HEADER
     assert not any(r["rule"] in dict(LIVE_RULES).values() for r in report["rules"])
     assert struct.unpack_from("<I", eng.buf, eng.header.tools_offset)[0] == 0  # never claimed
+
+
+def test_a_lent_command_client_gets_every_reply_and_the_session_none() -> None:
+    """After ``lend_commands`` the session's step leaves the tools s2c ring to the borrower; close releases."""
+    eng = ReferenceEngine(EngineConfig(name=_name(), num_envs=2, image=None, sim_mode=2, tools_ring_size=4096))
+    session = MonitorSession(eng.name, images=False, discover=False, traffic=False)
+    try:
+        t_end = time.monotonic() + 20
+        while not session.step().tools.ours:
+            assert time.monotonic() < t_end, "the session never claimed the tools channel"
+            eng.tick()
+        client = session.lend_commands()
+        assert client is not None
+        cid = client.next_id()
+        client.push_raw(encode(Envelope(MethodId.GetServicesReq, cid, GetServicesReq(), "", time.monotonic_ns())))
+        eng.serve_commands()
+        tick = session.step()  # must not take the reply
+        assert tick.results == ()
+        (raw,) = client.drain_raw()
+        assert decode(raw).correlation_id == cid
+        session.close()
+        assert eng.seg.counter("services_enabled") == 0xFF
+        assert struct.unpack_from("<I", eng.seg.buf, eng.header.tools_offset)[0] == 0
+    finally:
+        session.close()
+        eng.close()
