@@ -478,7 +478,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 def _check_args(p: argparse.ArgumentParser) -> None:
     p.epilog = (
-        "exit status: 0 every rule passes; 1 a rule fails; 2 the segment cannot be opened; "
+        "exit status: 0 every rule passes; 1 a rule fails; 2 bad arguments; 5 the segment cannot be opened; "
         "3 the header is invalid (the failing rule is shown, later rules are skipped)"
     )
     _name_arg(p)
@@ -489,12 +489,87 @@ def _check_args(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long image_seq may stay odd (default 0.25)",
     )
+    _live_check_args(p)
+
+
+def _live_check_args(p: argparse.ArgumentParser) -> None:
+    """``check --live``: the conformance probe (``core/probe.py``, ``schema/CONFORMANCE.md``)."""
+    p.epilog = (p.epilog or "") + (
+        "; with --live, 4 the tools channel is held by another monitor, 5 the engine exports no tools channel "
+        "or went away"
+    )
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="also probe the running engine over the tools channel: requests, errors, services, "
+        "and the timed invariants (changes only what it restores; see schema/CONFORMANCE.md)",
+    )
+    p.add_argument(
+        "--seconds",
+        type=_positive_float,
+        default=5.0,
+        metavar="S",
+        help="with --live: how long the timed invariants are sampled (default 5)",
+    )
+    p.add_argument(
+        "--deadline",
+        type=_positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="with --live: how long each request may take to be answered (default 1)",
+    )
+
+
+def _cmd_check_live(args: argparse.Namespace, name: str, results: list[RuleResult]) -> int:
+    from .core.probe import NA as LIVE_NA
+    from .core.probe import budget_s, run_live_probe
+
+    t0 = time.monotonic()
+    live = run_live_probe(name, seconds=args.seconds, deadline_s=args.deadline, allow_other_user=args.allow_other_user)
+    elapsed = time.monotonic() - t0
+    # One vocabulary in the live report: pass, fail, na ("skipped" cannot happen on a valid header).
+    rows = [
+        {
+            "id": ",".join(r.ids),
+            "rule": r.rule,
+            "status": LIVE_NA if r.status in (NA, SKIPPED) else r.status,
+            "detail": r.detail,
+        }
+        for r in [*results, *live]
+    ]
+    counts = {s: sum(r["status"] == s for r in rows) for s in (PASS, FAIL, LIVE_NA)}
+    ok = counts[FAIL] == 0
+    if args.json:
+        _print_json(
+            {
+                "name": name,
+                "live": True,
+                "ok": ok,
+                "seconds": args.seconds,
+                "deadline_s": args.deadline,
+                "budget_s": round(budget_s(args.seconds, args.deadline), 1),
+                "elapsed_s": round(elapsed, 3),
+                "counts": counts,
+                "rules": rows,
+            }
+        )
+    else:
+        width = max(len(r["rule"]) for r in rows)
+        id_width = max(len(r["id"]) for r in rows)
+        print(f"check {name} --live ({elapsed:.1f} s)")
+        for r in rows:
+            line = f"  {r['status'].upper():<5} {r['id'].ljust(id_width)}  {r['rule'].ljust(width)}  {r['detail']}"
+            print(line.rstrip())
+        print(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[LIVE_NA]} n/a")
+    return 0 if ok else 1
 
 
 @subcommand("check", "check a segment against every conformance rule; exit 0 only if all pass", _check_args)
 def _cmd_check(args: argparse.Namespace) -> int:
     name = _resolve(args.name, allow_other_user=args.allow_other_user)
     results, err = run_check(name, image_wait_s=max(0.0, args.image_wait), allow_other_user=args.allow_other_user)
+    if args.live and err is None:
+        return _cmd_check_live(args, name, results)
     counts = {s: sum(r.status == s for r in results) for s in (PASS, FAIL, SKIPPED, NA)}
     ok = err is None and counts[FAIL] == 0 and counts[SKIPPED] == 0
     if args.json:
@@ -534,10 +609,11 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 
 
 def _sim_args(p: argparse.ArgumentParser) -> None:
-    from .sim.run import add_noop_step_argument, add_sim_arguments
+    from .sim.run import add_misbehave_argument, add_noop_step_argument, add_sim_arguments
 
     add_sim_arguments(p)
     add_noop_step_argument(p)
+    add_misbehave_argument(p)
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..protocol.envelope import Envelope, decode, encode
-from ..protocol.errors import CommandTimeout, EnvelopeError, RemoteError, RingCorrupt
+from ..protocol.errors import CommandTimeout, EnvelopeError, RemoteError, RingCorrupt, SegmentGone
 from ..protocol.messages import MethodId, method_name
 
 if TYPE_CHECKING:
@@ -83,6 +83,55 @@ class CommandClient:
         self.channel.c2s.push(data)
         self._pending[cid] = (int(method), self.clock())
         return cid
+
+    def next_id(self) -> int:
+        """Take a fresh correlation id (for a caller that encodes its own envelopes)."""
+        cid = self._next_id
+        self._next_id += 1
+        return cid
+
+    def push_raw(self, data: bytes) -> None:
+        """Push ``data`` as one tools c2s entry, as is: any bytes, a valid envelope or not.
+
+        For the live conformance probe, which also sends what no requester
+        should (an undecodable envelope). Nothing is tracked as pending.
+
+        Raises
+        ------
+        SegmentGone
+            The file no longer backs the tools mapping (nothing is touched).
+        RingFull, MessageTooLarge
+            From the ring; nothing is half-written.
+        """
+        if not self.channel.intact():
+            raise SegmentGone("segment shrank or is gone: the tools channel cannot be used")
+        self.channel.c2s.push(data)
+
+    def drain_raw(self) -> list[bytes | RingCorrupt]:
+        """Every entry on the tools s2c ring now, undecoded, in order; a corrupt ring as its error.
+
+        For a caller that matches replies itself; it bypasses :meth:`poll`
+        (which keeps only the replies to pending requests).
+
+        Raises
+        ------
+        SegmentGone
+            The file no longer backs the tools mapping (nothing is touched).
+        """
+        out: list[bytes | RingCorrupt] = []
+        for _ in range(4096):  # bounded: a ring of at most 2**30 bytes holds fewer 8-byte entries per drain
+            if not self.channel.intact():
+                raise SegmentGone("segment shrank or is gone: the tools channel cannot be used")
+            try:
+                raw = self.channel.s2c.pop()
+            except RingCorrupt as exc:
+                self.corrupt_events += 1
+                out.append(exc)
+                continue
+            if raw is None:
+                break
+            out.append(bytes(raw))
+        return out
 
     def poll(self) -> list[Reply]:
         """Collect every reply that has arrived and every request that timed out."""

@@ -603,6 +603,7 @@ class MonitorSession:
         self._repeat_next = 0.0
         self._repeat_cid: int | None = None
         self._draws_answered = 0
+        self._lent = False  # the command client is lent out (lend_commands): step() leaves the replies alone
         # discovery
         self._segments: tuple[SegmentEntry, ...] = ()
         self._next_segments = 0.0
@@ -868,6 +869,19 @@ class MonitorSession:
         self._repeat_next = self.clock()
         self._repeat = (kind, min(float(hz), MAX_REPEAT_HZ))
 
+    def lend_commands(self) -> CommandClient | None:
+        """The claimed tools channel's command client, lent to a caller that sends and reads raw envelopes.
+
+        For the live conformance probe (``core/probe.py``), which must see
+        every reply as it comes (wrong ids, duplicates, undecodable bytes).
+        From now on :meth:`step` leaves the tools s2c ring to the borrower;
+        :meth:`close` still releases the channel. ``None`` while this session
+        holds no channel (see ``Tick.tools.reason``).
+        """
+        if self._client is not None:
+            self._lent = True
+        return self._client
+
     def close(self) -> None:
         """Release the tools channel and unmap. Idempotent; safe from a signal handler during a step."""
         if self._in_step:
@@ -951,7 +965,8 @@ class MonitorSession:
             self._drop_channel("segment shrank")
             return
         if self._client is not None:
-            self._collect()
+            if not self._lent:
+                self._collect()
         elif seg is not None and self._tools.exported and now >= self._next_claim:
             self._try_claim(now)
         self._run_repeat(now)
@@ -1009,6 +1024,7 @@ class MonitorSession:
             self._results.append(CommandResult(kind, target, "error", f"error: {why}"))
         self._repeat_cid = None
         chan, self._chan, self._client = self._chan, None, None
+        self._lent = False
         if chan is not None:
             chan.release()
         self._next_claim = self.clock()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -61,6 +62,26 @@ SPIN_S = 0.0003
 SPIN_FAST_S = 0.005
 NAP_S = 0.0005
 
+#: Test-only misbehaviours (``lucky-monitor sim --misbehave KIND``, a hidden option; never for real
+#: use). Each breaks one rule of ``lucky-monitor check --live`` (the id in brackets, see
+#: ``schema/CONFORMANCE.md``) so the tests can show that rule failing with a reason.
+MISBEHAVIOURS: dict[str, str] = {
+    "wrong-correlation-id": "tools responses carry another correlation id than the request's [C32]",
+    "drop-response": "GetSceneInfo on the tools channel is never answered [C37]",
+    "wrong-response-method": "GetMujocoInfo on the tools channel is answered as GetSceneInfoResp [C39]",
+    "unstamped": "tools responses carry sent_ns = 0 [C40]",
+    "unknown-silent": "a request of an unknown method id is not answered [C41]",
+    "malformed-reply": "an undecodable request is answered with a success envelope [C42]",
+    "ignore-disabled": "requests of a disabled service are served as if it were enabled [C34]",
+    "images-ignore-disabled": "images are published with the Camera service disabled [C35]",
+    "heartbeat-stops": "heartbeat_ns is written once at creation, never refreshed [C25]",
+    "image-frame-ahead": "image_frame_seq is stored 3 frames ahead of the frame it belongs to [C23]",
+    "ring-unaligned": "the main s2c write_pos is moved by 4 bytes at start (not a multiple of 8) [C26]",
+    "ignore-trainer": "with a trainer attached the engine steps flat out without waiting for it [C20]",
+    "stall-step": "with a trainer attached, after 5 steps the engine never ends its turn [C43]",
+    "sticky-disable": "re-enabling the Scene service is refused [C44]",
+}
+
 
 @dataclass
 class EngineConfig:
@@ -81,6 +102,8 @@ class EngineConfig:
     camera_fps: float = 60.0  # 0 = render every frame
     #: benchmarks only: a step hands the frame back without physics, obs or images (the transport alone)
     noop_step: bool = False
+    #: tests only: names of :data:`MISBEHAVIOURS` the engine acts out (a conforming engine has none)
+    misbehave: frozenset[str] = frozenset()
 
     @property
     def channels(self) -> int:
@@ -176,6 +199,10 @@ class ReferenceEngine:
             raise LuckyMonitorError(f"sim_mode must be {SimMode.describe()}, got {cfg.sim_mode}")
         if not cfg.hz > 0:
             raise LuckyMonitorError(f"hz must be positive, got {cfg.hz}")
+        unknown = sorted(set(cfg.misbehave) - set(MISBEHAVIOURS))
+        if unknown:
+            raise LuckyMonitorError(f"unknown misbehaviour {unknown[0]!r}; choose from {', '.join(MISBEHAVIOURS)}")
+        self._mis = frozenset(cfg.misbehave)
         self.cfg = cfg
         self.name = cfg.name or f"LuckyEngine_{os.getpid()}"
         channels = cfg.channels
@@ -214,6 +241,7 @@ class ReferenceEngine:
                 )
             )
         self.steps = 0
+        self._trainer_steps = 0
         self.images_published = 0
         self.requests_served = 0
         self.clients_detached = 0
@@ -248,6 +276,8 @@ class ReferenceEngine:
         self._heartbeat(force=True)
         seg.set("engine_state", EngineState.RUNNING)  # header and counters complete (LAYOUT 2.1 step 6) ...
         seg.set("frame_seq", 1)  # ... then the first observation (step 7); action_seq stays 0
+        if "ring-unaligned" in self._mis:
+            struct.pack_into("<I", seg.buf, self.header.cmd_s2c_offset, 4)
 
     def close(self) -> None:
         """Announce closing (``engine_state`` = ``EngineState.CLOSING``) and unlink the segment. Idempotent."""
@@ -285,13 +315,20 @@ class ReferenceEngine:
         self.serve_commands()
         client = self._client()
         mode = seg.counter("sim_mode")
+        if client and "ignore-trainer" in self._mis:
+            self._step(None)
+            return True
         if client:
+            if "stall-step" in self._mis and self._trainer_steps >= 5:
+                self._wait(0.0)
+                return False
             if seg.counter("action_seq") != seg.counter("frame_seq"):
                 self._wait(SPIN_S if mode == SimMode.REALTIME else SPIN_FAST_S)
                 return False
             if mode == SimMode.REALTIME and not self._due():
                 return False
             self._step(seg.act)
+            self._trainer_steps += 1
             return True
         if mode == 2 or self._due():
             self._step(None)
@@ -317,6 +354,8 @@ class ReferenceEngine:
 
     def _heartbeat(self, force: bool = False) -> None:
         now = time.monotonic_ns()
+        if "heartbeat-stops" in self._mis and not force:
+            return
         if force or now - self._hb_last >= HEARTBEAT_NS:
             self._hb_last = now
             self.seg.set("heartbeat_ns", now)
@@ -372,7 +411,7 @@ class ReferenceEngine:
         seg = self.seg
         if self.renderer is None or seg.images is None:
             return
-        if not force and not self.service_enabled(Service.CAMERA):
+        if not force and not self.service_enabled(Service.CAMERA) and "images-ignore-disabled" not in self._mis:
             return
         now = time.monotonic()
         if not force and (
@@ -389,7 +428,7 @@ class ReferenceEngine:
         seq = seg.counter("image_seq")
         seg.set("image_seq", seq + 1)  # odd: writing
         np.copyto(seg.images, self._image_buf)
-        seg.set("image_frame_seq", frame)
+        seg.set("image_frame_seq", frame + (3 if "image-frame-ahead" in self._mis else 0))
         seg.set("image_seq", seq + 2)  # even: stable
         self.images_published += 1
 
@@ -435,13 +474,19 @@ class ReferenceEngine:
             req = decode(raw)
         except EnvelopeError:
             pair.corrupt += 1  # no correlation id to answer to; the requester times out
+            if "malformed-reply" in self._mis and pair.name == "tools":
+                self._reply(pair, Envelope(m.MethodId.GetServicesResp, 0, m.GetServicesResp(), ""))
             return
         method = req.method
         try:
             mid = m.MethodId(method)
         except ValueError:
+            if "unknown-silent" in self._mis:
+                return
             # An unknown method's error echoes its id (LAYOUT §10).
             self._reply(pair, error_response(req, f"unknown method 0x{int(method):04X}"))
+            return
+        if pair.name == "tools" and self._misbehave_answer(pair, mid, req):
             return
         resp_id = m.RESPONSE_OF.get(mid)
         if resp_id is None:
@@ -451,7 +496,7 @@ class ReferenceEngine:
             if mid in m.TOOLS_METHODS and pair.name != "tools":
                 raise _Refused(f"{mid.name} is served on the tools channel only")
             bit = m.SERVICE_OF_METHOD.get(mid)
-            if bit is not None and not self.service_enabled(bit):
+            if bit is not None and not self.service_enabled(bit) and "ignore-disabled" not in self._mis:
                 raise _Refused(f"service {Service(bit).label} is disabled")
             handler = self._handlers.get(mid)
             if handler is None:
@@ -469,9 +514,27 @@ class ReferenceEngine:
             self.handler_errors += 1
             self._reply(pair, Envelope(resp_id, req.correlation_id, None, f"internal error: {exc!r}"))
 
+    def _misbehave_answer(self, pair: _Pair, mid: m.MethodId, req: Envelope) -> bool:
+        """Tests only: act out a request-level misbehaviour; True when the request is dealt with."""
+        if "drop-response" in self._mis and mid is m.MethodId.GetSceneInfoReq:
+            return True
+        if "wrong-response-method" in self._mis and mid is m.MethodId.GetMujocoInfoReq:
+            payload = self._get_scene_info(pair, m.GetSceneInfoReq())
+            self._reply(pair, Envelope(m.MethodId.GetSceneInfoResp, req.correlation_id, payload, ""))
+            return True
+        if "sticky-disable" in self._mis and mid is m.MethodId.SetServiceEnabledReq:
+            body = req.payload
+            if isinstance(body, m.SetServiceEnabledReq) and body.enabled and body.service == Service.SCENE:
+                msg = "the Scene service cannot be enabled again"
+                self._reply(pair, Envelope(m.MethodId.SetServiceEnabledResp, req.correlation_id, None, msg))
+                return True
+        return False
+
     def _reply(self, pair: _Pair, env: Envelope) -> None:
         """Send a response; if the ring is full, hold it back (never drop it, never block the loop)."""
-        data = _stamped(env)
+        if pair.name == "tools" and "wrong-correlation-id" in self._mis:
+            env = replace(env, correlation_id=env.correlation_id ^ 0x5A5A0000)
+        data = _stamped(env) if "unstamped" not in self._mis or pair.name != "tools" else encode(env)
         if len(data) > max_payload(pair.responses.capacity):
             env = Envelope(env.method, env.correlation_id, None, "response too large for the ring")
             data = _stamped(env)

@@ -24,7 +24,7 @@ from ..protocol import messages as m
 from ..protocol.enums import ImageFormat, SimMode
 from ..protocol.errors import UsageError
 from ..protocol.header import MAX_ENVS, MAX_IMAGE_SIDE, MAX_VEC
-from .engine import FORMATS, EngineConfig, ReferenceEngine, plan_segment
+from .engine import FORMATS, MISBEHAVIOURS, EngineConfig, ReferenceEngine, plan_segment
 from .physics import MIN_OBS_SIZE
 from .trainer import PDPolicy, RandomPolicy, SharedMemoryClient
 
@@ -130,6 +130,15 @@ def add_noop_step_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--noop-step", action="store_true", help=argparse.SUPPRESS)
 
 
+def add_misbehave_argument(p: argparse.ArgumentParser) -> None:
+    """``sim --misbehave KIND`` (hidden, repeatable; tests only): the engine breaks one conformance rule.
+
+    The kinds are :data:`~lucky_monitor.sim.engine.MISBEHAVIOURS`; ``tests/core/test_probe.py``
+    shows each one failing its rule of ``lucky-monitor check --live``.
+    """
+    p.add_argument("--misbehave", action="append", default=[], metavar="KIND", help=argparse.SUPPRESS)
+
+
 def _check_range(option: str, value: int, low: int, high: int, what: str) -> None:
     if not low <= value <= high:
         raise UsageError(f"{option} {value}: {what} must be {low}..{high}")
@@ -160,6 +169,9 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         raise UsageError(f"--steps {args.steps}: must be 0 or more")
     if not 0 < args.hz < float("inf"):
         raise UsageError(f"--hz {args.hz}: must be a positive number")
+    bad = sorted(set(getattr(args, "misbehave", ())) - set(MISBEHAVIOURS))
+    if bad:
+        raise UsageError(f"--misbehave {bad[0]}: unknown; choose from {', '.join(MISBEHAVIOURS)}")
     if not args.camera_fps >= 0:
         raise UsageError(f"--camera-fps {args.camera_fps}: must be 0 (every step) or positive")
     mode = SimMode.FAST if args.fast else (SimMode.DETERMINISTIC if args.deterministic else SimMode.REALTIME)
@@ -177,6 +189,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         camera_fps=args.camera_fps,
         tools_ring_size=0 if args.no_tools else 64 * 1024,
         noop_step=getattr(args, "noop_step", False),
+        misbehave=frozenset(getattr(args, "misbehave", ())),
     )
     plan_segment(cfg)  # the size check, before anything is allocated
     return cfg
