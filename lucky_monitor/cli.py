@@ -645,3 +645,39 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     from .watch import run_watch
 
     return run_watch(args)
+
+
+# ------------------------------------------------------------------ headless: snapshot, record, export
+
+
+def _precheck(name: str | None, allow_other_user: bool) -> str:
+    """The segment to follow, opened once here so a bad one gets its own message and exit code."""
+    from .transport.shm import Segment
+
+    resolved = _resolve(name, allow_other_user=allow_other_user)
+    with Segment.attach(resolved, allow_other_user=allow_other_user):
+        pass
+    return resolved
+
+
+def _headless_name_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "name", nargs="?", metavar="NAME", help="segment name, e.g. LuckyEngine_1234 (default: the newest live one)"
+    )
+    add_allow_other_user_argument(p)
+
+
+def _snapshot_args(p: argparse.ArgumentParser) -> None:
+    from .headless.snapshot import add_snapshot_arguments
+
+    _headless_name_arg(p)
+    add_snapshot_arguments(p)
+
+
+@subcommand(
+    "snapshot", "write the image region (the grid, or one env) to a PNG, exact pixels, no display", _snapshot_args
+)
+def _cmd_snapshot(args: argparse.Namespace) -> int:
+    from .headless.snapshot import run_snapshot
+
+    return run_snapshot(args, _precheck(args.name, args.allow_other_user))
