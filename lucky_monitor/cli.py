@@ -681,3 +681,17 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     from .headless.snapshot import run_snapshot
 
     return run_snapshot(args, _precheck(args.name, args.allow_other_user))
+
+
+def _record_args(p: argparse.ArgumentParser) -> None:
+    from .headless.record import add_record_arguments
+
+    _headless_name_arg(p)
+    add_record_arguments(p)
+
+
+@subcommand("record", "record the image grid (or one env) to a video file, until --seconds or Ctrl-C", _record_args)
+def _cmd_record(args: argparse.Namespace) -> int:
+    from .headless.record import run_record
+
+    return run_record(args, _precheck(args.name, args.allow_other_user))

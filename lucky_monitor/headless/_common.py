@@ -9,7 +9,21 @@ from collections.abc import Callable
 from ..core.session import MonitorSession, Tick
 from ..protocol.errors import UnavailableError
 
-__all__ = ["attach", "grid_columns", "wait_for"]
+__all__ = ["attach", "grid_columns", "require", "wait_for"]
+
+
+def require(module: str, command: str) -> None:
+    """Fail with one line naming the extra to install when ``module`` (of the ``headless`` extra) is missing.
+
+    Raises
+    ------
+    UnavailableError
+        ``module`` cannot be imported.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise UnavailableError(f"{command} needs the Python package {module!r}: pip install 'lucky-monitor[headless]'")
 
 
 def grid_columns(num_envs: int) -> int:
