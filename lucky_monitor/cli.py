@@ -695,3 +695,16 @@ def _cmd_record(args: argparse.Namespace) -> int:
     from .headless.record import run_record
 
     return run_record(args, _precheck(args.name, args.allow_other_user))
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
+    from .headless.export import add_export_arguments
+
+    add_export_arguments(p)
+
+
+@subcommand("export", "serve Prometheus metrics of every live segment (or those named) over HTTP", _export_args)
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .headless.export import run_export
+
+    return run_export(args)
