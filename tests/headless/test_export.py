@@ -224,3 +224,21 @@ def test_http_scrape_picks_up_new_segments_and_drops_gone_ones(subprocess_env) -
             _stop(p)
         _stop(exporter)
     assert exporter.returncode == 0
+
+
+def test_shipped_dashboard_and_scrape_config_name_only_exported_metrics() -> None:
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "assets"
+    dash = json.loads((root / "grafana" / "lucky-monitor-fleet.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    exprs += [v["query"]["query"] for v in dash["templating"]["list"] if v["type"] == "query"]
+    used = {name for e in exprs for name in re.findall(r"\blucky_[a-z_]+", e)}
+    defined = {m.name for m in METRICS}
+    assert used <= defined, used - defined
+    assert defined <= used, f"not on the dashboard: {defined - used}"
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    config = (root / "prometheus.yml").read_text()
+    assert "job_name: lucky" in config and "127.0.0.1:9187" in config
