@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     add_window_arguments(parser)
     add_allow_other_user_argument(parser)
+    add_remote_argument(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for cmd in _COMMANDS:
         sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
@@ -158,6 +159,10 @@ def _no_subcommand(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     """``lucky-monitor`` without a subcommand opens the monitor window."""
     if args.screenshot and not args.quit_after:
         raise UsageError("--screenshot needs --quit-after SECONDS")
+    if getattr(args, "remote", None) is not None:
+        from .headless.remote import run_remote  # the window runs in a child, inside the VNC server
+
+        return run_remote(args)
     from .ui.app import run_window  # Qt is imported only here
 
     return run_window(args)
@@ -708,3 +713,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from .headless.export import run_export
 
     return run_export(args)
+
+
+def add_remote_argument(p: argparse.ArgumentParser) -> None:
+    """``--remote [PORT]``: the window inside a password-protected VNC server on 127.0.0.1."""
+    from .headless.remote import DEFAULT_PORT, parse_port
+
+    p.add_argument(
+        "--remote",
+        nargs="?",
+        const=DEFAULT_PORT,
+        type=parse_port,
+        metavar="PORT",
+        help=f"run the window inside a VNC server on 127.0.0.1:PORT (default {DEFAULT_PORT}) with a password, "
+        "for a node without a screen; reach it through an SSH tunnel (needs TigerVNC's Xvnc)",
+    )
