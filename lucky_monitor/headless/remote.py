@@ -58,7 +58,7 @@ GEOMETRY = "1600x1000"
 START_TIMEOUT_S = 20.0
 
 
-class RemoteError(LuckyMonitorError):
+class VncError(LuckyMonitorError):
     """The VNC server could not be started or stopped working."""
 
     exit_code = UnavailableError.exit_code
@@ -153,7 +153,7 @@ def _wait_display(fd: int, proc: subprocess.Popen[bytes]) -> int:
             err = proc.stderr.read() or b""
         lines = [ln for ln in err.decode(errors="replace").splitlines() if ln.strip()]
         why = lines[-1].strip() if lines else "it did not report a display in time"
-        raise RemoteError(f"the VNC server did not start: {why}")
+        raise VncError(f"the VNC server did not start: {why}")
     return int(text)
 
 
@@ -183,7 +183,7 @@ def run_remote(args: argparse.Namespace) -> int:
         passfile = os.path.join(private, "passwd")
         made = subprocess.run([vncpasswd, "-f"], input=password.encode(), capture_output=True, timeout=10)
         if made.returncode != 0 or not made.stdout:
-            raise RemoteError(f"vncpasswd -f failed: {made.stderr.decode(errors='replace').strip()}")
+            raise VncError(f"vncpasswd -f failed: {made.stderr.decode(errors='replace').strip()}")
         fd = os.open(passfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(made.stdout)
@@ -236,7 +236,7 @@ def run_remote(args: argparse.Namespace) -> int:
                 break
             if xproc.poll() is not None:
                 _stop(window, signal.SIGTERM, 20.0)
-                raise RemoteError(f"the VNC server exited (status {xproc.returncode}); the window was closed")
+                raise VncError(f"the VNC server exited (status {xproc.returncode}); the window was closed")
             time.sleep(0.1)
         code = window.wait()
         return 0 if asked and code in (0, -signal.SIGTERM) else code
