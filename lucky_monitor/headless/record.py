@@ -61,6 +61,7 @@ class RecordStats:
     width: int = 0
     height: int = 0
     interrupted: bool = False
+    ended: str = "done"  # or "stopped by Ctrl-C", "engine gone", "segment recreated with another geometry"
 
 
 def add_record_arguments(p: argparse.ArgumentParser) -> None:
@@ -182,10 +183,12 @@ def record(
                 time.sleep(min(1 / 60, (stats.frames - (now - start) * fps) / fps + 1e-4))
                 tick = session.step(clock())
                 if tick.header is None:
-                    break  # the engine is gone: the video ends with its last image
+                    stats.ended = "engine gone"  # the video ends with its last image
+                    break
                 continue
             tick = session.step(now)
             if tick.header is None:
+                stats.ended = "engine gone"
                 break
             if not pending_new and tick.live is not None and tick.live.image_seq != last_seq:
                 img = copy()
@@ -194,7 +197,8 @@ def record(
                 else:
                     frame = even_frame(img)
                     if frame.shape[:2] != (stats.height, stats.width):
-                        break  # the segment was recreated with another geometry: the video ends here
+                        stats.ended = "segment recreated with another geometry"  # the video ends here
+                        break
                     last_seq, pending_new = tick.live.image_seq, True
             writes = min(due, MAX_CATCH_UP)
             if total is not None:
@@ -215,6 +219,8 @@ def record(
         raise RecordError(f"ffmpeg stopped taking frames: {exc}") from None
     finally:
         stats.interrupted = stop["now"]
+        if stats.interrupted:
+            stats.ended = "stopped by Ctrl-C"
         try:
             writer.close()
         except (OSError, RuntimeError) as exc:
@@ -261,9 +267,8 @@ def run_record(args: argparse.Namespace, name: str) -> int:
     finally:
         bar.close()
         session.close()
-    how = "stopped by Ctrl-C" if stats.interrupted else "done"
     print(
-        f"{how}: {stats.frames} frames ({stats.frames / args.fps:.1f} s at {args.fps:g} fps, "
+        f"{stats.ended}: {stats.frames} frames ({stats.frames / args.fps:.1f} s at {args.fps:g} fps, "
         f"{stats.width}x{stats.height}) written to {args.output}: {stats.new_images} new images, "
         f"{stats.repeats} repeats, {stats.torn} torn copies skipped"
     )

@@ -153,3 +153,33 @@ def test_a_missing_dependency_is_named_with_its_extra(monkeypatch, tmp_path, cap
     monkeypatch.setattr("lucky_monitor.cli._precheck", lambda name, allow: name)
     assert main(["record", "LuckyEngine_x", "-o", str(tmp_path / "x.mp4")]) == 5
     assert "pip install 'lucky-monitor[headless]'" in capsys.readouterr().err
+
+
+def test_the_engine_going_away_ends_the_video_with_its_last_image(segment_factory, tmp_path) -> None:
+    seg = segment_factory(num_envs=2, image=(16, 8, 3))
+    seg.set("heartbeat_ns", time.monotonic_ns())
+    seg.images[:] = (0, 255, 0)
+    seg.set("image_seq", 2)
+    t = {"now": 0.0, "calls": 0}
+
+    def clock() -> float:
+        t["calls"] += 1
+        t["now"] += 0.01
+        if t["calls"] == 200:
+            seg.unlink()  # the engine closes and removes its segment
+        elif t["calls"] < 200:
+            seg.set("heartbeat_ns", time.monotonic_ns())
+        return t["now"]
+
+    session = MonitorSession(seg.name, tools=False, images=False, discover=False, traffic=False, clock=clock)
+    out = tmp_path / "gone.mp4"
+    try:
+        stats = record(
+            session, str(out), fps=20, seconds=None, env=1, columns=None, timeout_s=2, stop={"now": False}, clock=clock
+        )
+    finally:
+        session.close()
+    assert stats.ended == "engine gone" and not stats.interrupted
+    frames = decode(out)
+    assert len(frames) == stats.frames > 10 and frames[0].shape == (8, 16, 3)
+    assert all(tuple(int(v) for v in f[4, 8]) == pytest.approx((0, 255, 0), abs=12) for f in frames)
