@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     add_window_arguments(parser)
     add_allow_other_user_argument(parser)
+    add_remote_argument(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for cmd in _COMMANDS:
         sp = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
@@ -176,6 +177,10 @@ def _no_subcommand(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     """``lucky-monitor`` without a subcommand opens the monitor window."""
     if args.screenshot and not args.quit_after:
         raise UsageError("--screenshot needs --quit-after SECONDS")
+    if getattr(args, "remote", None) is not None:
+        from .headless.remote import run_remote  # the window runs in a child, inside the VNC server
+
+        return run_remote(args)
     from .ui.app import run_window  # Qt is imported only here
 
     return run_window(args)
@@ -739,3 +744,81 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     from .watch import run_watch
 
     return run_watch(args)
+
+
+# ------------------------------------------------------------------ headless: snapshot, record, export
+
+
+def _precheck(name: str | None, allow_other_user: bool) -> str:
+    """The segment to follow, opened once here so a bad one gets its own message and exit code."""
+    from .transport.shm import Segment
+
+    resolved = _resolve(name, allow_other_user=allow_other_user)
+    with Segment.attach(resolved, allow_other_user=allow_other_user):
+        pass
+    return resolved
+
+
+def _headless_name_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "name", nargs="?", metavar="NAME", help="segment name, e.g. LuckyEngine_1234 (default: the newest live one)"
+    )
+    add_allow_other_user_argument(p)
+
+
+def _snapshot_args(p: argparse.ArgumentParser) -> None:
+    from .headless.snapshot import add_snapshot_arguments
+
+    _headless_name_arg(p)
+    add_snapshot_arguments(p)
+
+
+@subcommand(
+    "snapshot", "write the image region (the grid, or one env) to a PNG, exact pixels, no display", _snapshot_args
+)
+def _cmd_snapshot(args: argparse.Namespace) -> int:
+    from .headless.snapshot import run_snapshot
+
+    return run_snapshot(args, _precheck(args.name, args.allow_other_user))
+
+
+def _record_args(p: argparse.ArgumentParser) -> None:
+    from .headless.record import add_record_arguments
+
+    _headless_name_arg(p)
+    add_record_arguments(p)
+
+
+@subcommand("record", "record the image grid (or one env) to a video file, until --seconds or Ctrl-C", _record_args)
+def _cmd_record(args: argparse.Namespace) -> int:
+    from .headless.record import run_record
+
+    return run_record(args, _precheck(args.name, args.allow_other_user))
+
+
+def _export_args(p: argparse.ArgumentParser) -> None:
+    from .headless.export import add_export_arguments
+
+    add_export_arguments(p)
+
+
+@subcommand("export", "serve Prometheus metrics of every live segment (or those named) over HTTP", _export_args)
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .headless.export import run_export
+
+    return run_export(args)
+
+
+def add_remote_argument(p: argparse.ArgumentParser) -> None:
+    """``--remote [PORT]``: the window inside a password-protected VNC server on 127.0.0.1."""
+    from .headless.remote import DEFAULT_PORT, parse_port
+
+    p.add_argument(
+        "--remote",
+        nargs="?",
+        const=DEFAULT_PORT,
+        type=parse_port,
+        metavar="PORT",
+        help=f"run the window inside a VNC server on 127.0.0.1:PORT (default {DEFAULT_PORT}) with a password, "
+        "for a node without a screen; reach it through an SSH tunnel (needs TigerVNC's Xvnc)",
+    )

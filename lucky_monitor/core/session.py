@@ -753,25 +753,41 @@ class MonitorSession:
             return None
         return PixelReading.of(env, x, y, tuple(int(v) for v in out), self._src_format, self._display)
 
-    def snapshot(self, env: int | None = None) -> np.ndarray | None:
+    def snapshot(
+        self, env: int | None = None, *, columns: int | None = None, gap: int | None = None
+    ) -> np.ndarray | None:
         """The grid (or one env's tile) at full resolution from the segment's bytes, as displayed.
 
         For saving: copied under the image seqlock into a buffer of its own,
         with the display options applied. ``None`` when there are no images
         or the engine never paused writing long enough for a consistent copy.
+
+        Parameters
+        ----------
+        env
+            One env's image instead of the grid.
+        columns
+            Grid columns (default: the grid's as shown).
+        gap
+            Pixels between tiles (default: the grid's, 2).
+
+        Raises
+        ------
+        TilerError
+            ``columns`` or ``gap`` out of range for this segment's grid.
         """
         seg, h = self._link.segment, self._header
         if seg is None or h is None or seg.images is None or seg.still_valid() is not None:
             return None
         n, ih, iw, c = seg.images.shape
-        cols = self._grid.geometry.columns if self._grid is not None else None
+        cols = columns if columns is not None else self._grid.geometry.columns if self._grid is not None else None
         if env is not None:
             if not 0 <= env < n:
                 return None
             t = Tiler(1, ih, iw, c, columns=1, gap=0)
             src = seg.images[env : env + 1]
         else:
-            t = Tiler(n, ih, iw, c, columns=cols)
+            t = Tiler(n, ih, iw, c, columns=cols) if gap is None else Tiler(n, ih, iw, c, columns=cols, gap=gap)
             src = seg.images
         o = self._display
 
@@ -930,10 +946,11 @@ class MonitorSession:
         self._grid = None
         self._display_error = None
         self._last_copy_error = None
-        if not (h.has_images and self._want_images):
-            return
+        # How the stored pixels decode: snapshot() and read_pixel() need it with or without a grid.
         self._src_format = h.pixel_format
         self._bottom_up = h.bottom_up
+        if not (h.has_images and self._want_images):
+            return
         try:
             grid = GridDisplay(h.num_envs, h.image_height, h.image_width, h.image_channels)
             h_, w_ = h.image_height, h.image_width

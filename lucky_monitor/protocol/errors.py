@@ -25,14 +25,19 @@ EXIT_INTERRUPTED = 130
 
 #: Every exit code a ``lucky-monitor`` command uses, with its meaning (one row each in the README).
 EXIT_CODES: dict[int, str] = {
-    EXIT_OK: "ok",
+    EXIT_OK: "ok; also record, export, watch and --remote stopped by Ctrl-C or SIGTERM (their normal end)",
     EXIT_FAILED: "failed: a check rule fails, the engine refused a command or answered with an error",
     EXIT_USAGE: "usage: bad arguments or values, a segment over the size limit, no display for the window",
     EXIT_HEADER: "header: the segment header is invalid or incompatible",
-    EXIT_BUSY: "busy: tools channel held by another monitor, trainer already attached, name in use",
+    EXIT_BUSY: (
+        "busy: tools channel held by another monitor, trainer already attached, name in use, "
+        "a port in use (export --listen, --remote)"
+    ),
     EXIT_UNAVAILABLE: (
         "unavailable: no such segment, engine gone, no reply in time, no tools channel, "
-        "a segment that cannot be opened (permission, a symbolic link, another user's)"
+        "a segment that cannot be opened (permission, a symbolic link, another user's); "
+        "snapshot/record: no image region or no consistent copy in time; a missing optional package "
+        "or VNC server (the message names what to install)"
     ),
     EXIT_INTERRUPTED: "interrupted by Ctrl-C",
 }

@@ -10,8 +10,9 @@ import subprocess
 import sys
 import typing
 
+from ..core.outputs import check_output_path as check_output_path  # re-exported: the window's checks use it
 from ..core.session import validate_name
-from ..protocol.errors import LuckyMonitorError, UsageError
+from ..protocol.errors import LuckyMonitorError
 
 
 class DisplayError(LuckyMonitorError):
@@ -54,33 +55,6 @@ def check_display(screenshot: bool = False) -> None:
             f"Qt cannot open a window on this display ({hint.strip() or 'platform plugin failed'}); "
             f"on Debian/Ubuntu: sudo apt-get install {XCB_PACKAGES}"
         )
-
-
-def check_output_path(path: str, option: str, example: str = "") -> None:
-    """Refuse an output file (``--stats-json``, ``--screenshot``) that could not be written, before any window exists.
-
-    Parameters
-    ----------
-    path
-        The file to write.
-    option
-        The option that named it (for the message).
-    example
-        A file name to suggest when ``path`` is a directory.
-
-    Raises
-    ------
-    UsageError
-        ``path`` is a directory, or its directory is missing or not writable.
-    """
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        hint = f", e.g. {path.rstrip('/')}/{example}" if example else ""
-        raise UsageError(f"{option} {path!r} is a directory; give a file name{hint}")
-    if not os.path.isdir(parent):
-        raise UsageError(f"{option} {path!r}: directory {parent!r} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{option} {path!r}: directory {parent!r} is not writable")
 
 
 def write_json_atomically(path: str, obj: object) -> None:

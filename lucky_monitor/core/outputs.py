@@ -1,0 +1,36 @@
+"""Checks of output files named on the command line, made before any work starts. Qt-free."""
+
+from __future__ import annotations
+
+import os
+
+from ..protocol.errors import UsageError
+
+__all__ = ["check_output_path"]
+
+
+def check_output_path(path: str, option: str, example: str = "") -> None:
+    """Refuse an output file (``--stats-json``, ``--screenshot``, ``-o``) that could not be written.
+
+    Parameters
+    ----------
+    path
+        The file to write.
+    option
+        The option that named it (for the message).
+    example
+        A file name to suggest when ``path`` is a directory.
+
+    Raises
+    ------
+    UsageError
+        ``path`` is a directory, or its directory is missing or not writable.
+    """
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        hint = f", e.g. {path.rstrip('/')}/{example}" if example else ""
+        raise UsageError(f"{option} {path!r} is a directory; give a file name{hint}")
+    if not os.path.isdir(parent):
+        raise UsageError(f"{option} {path!r}: directory {parent!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path!r}: directory {parent!r} is not writable")

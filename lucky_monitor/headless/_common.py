@@ -1,0 +1,64 @@
+"""What the headless views share: follow a segment through a session until it is attached."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from ..core.session import MonitorSession, Tick
+from ..protocol.errors import UnavailableError
+
+__all__ = ["attach", "grid_columns", "require", "wait_for"]
+
+
+def require(module: str, command: str) -> None:
+    """Fail with one line naming the extra to install when ``module`` (of the ``headless`` extra) is missing.
+
+    Raises
+    ------
+    UnavailableError
+        ``module`` cannot be imported.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise UnavailableError(f"{command} needs the Python package {module!r}: pip install 'lucky-monitor[headless]'")
+
+
+def grid_columns(num_envs: int) -> int:
+    """The default grid columns of ``snapshot`` and ``record``: ``ceil(sqrt(num_envs))``."""
+    return max(1, math.isqrt(num_envs - 1) + 1) if num_envs > 0 else 1
+
+
+def wait_for(
+    session: MonitorSession,
+    until: Callable[[Tick], bool],
+    timeout_s: float,
+    what: str,
+    *,
+    period_s: float = 1.0 / 60.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> Tick:
+    """Step ``session`` at ``period_s`` until ``until(tick)``; after ``timeout_s`` raise, saying ``what`` was missing.
+
+    Raises
+    ------
+    UnavailableError
+        The condition did not hold in time; the message carries the link's state and reason.
+    """
+    deadline = clock() + timeout_s
+    while True:
+        tick = session.step(clock())
+        if until(tick):
+            return tick
+        if clock() >= deadline:
+            why = f" ({tick.reason})" if tick.reason else ""
+            raise UnavailableError(f"{what} within {timeout_s:g} s: {tick.text}{why}")
+        time.sleep(period_s)
+
+
+def attach(session: MonitorSession, timeout_s: float) -> Tick:
+    """Step until the session is attached to its segment; the first attached Tick."""
+    name = session.name or "a live segment"
+    return wait_for(session, lambda t: t.header is not None, timeout_s, f"could not attach to {name}")

@@ -1,0 +1,185 @@
+"""``lucky-monitor record``: a playable video from consistent copies only, ended cleanly by Ctrl-C.
+
+Videos are read back with imageio-ffmpeg's reader (ffmpeg decoding the file
+from scratch), so "playable" means a decoder read every frame.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from lucky_monitor.core.session import MonitorSession
+from lucky_monitor.headless.record import even_frame, record
+from lucky_monitor.transport.shm import platform_kind
+
+imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(platform_kind() != "dir", reason="segments are exercised on Linux"),
+]
+
+
+def decode(path) -> list[np.ndarray]:
+    """Every frame of the video at ``path``, RGB."""
+    with warnings.catch_warnings():
+        # imageio-ffmpeg's reader leaves its ffmpeg pipes to the garbage collector (the writer does not)
+        warnings.simplefilter("ignore", ResourceWarning)
+        gen = imageio_ffmpeg.read_frames(str(path))
+        meta = next(gen)
+        w, h = meta["size"]
+        frames = [np.frombuffer(f, np.uint8).reshape(h, w, 3).copy() for f in gen]
+        gen.close()
+        del gen
+        gc.collect()
+    return frames
+
+
+def test_even_frame_pads_with_black_only_when_needed() -> None:
+    img = np.full((5, 7, 3), 9, np.uint8)
+    out = even_frame(img)
+    assert out.shape == (6, 8, 3) and (out[:5, :7] == 9).all() and (out[5] == 0).all() and (out[:, 7] == 0).all()
+    assert even_frame(out) is not None and even_frame(out).shape == (6, 8, 3)
+
+
+def test_ctrl_c_leaves_a_playable_file_with_every_frame_it_reports(tmp_path, subprocess_env) -> None:
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "lucky_monitor", "sim", "--envs", "4", "--image", "128x96", "--hz", "30"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env,
+    )
+    rec = None
+    try:
+        assert sim.stdout is not None
+        name = sim.stdout.readline().strip()
+        assert name.startswith("LuckyEngine_")
+        out = tmp_path / "run.mp4"
+        rec = subprocess.Popen(
+            [sys.executable, "-m", "lucky_monitor", "record", name, "-o", str(out), "--fps", "15"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=subprocess_env,
+        )
+        time.sleep(4.0)  # start-up, then a few seconds of video
+        assert rec.poll() is None, rec.communicate()
+        rec.send_signal(signal.SIGINT)
+        stdout, stderr = rec.communicate(timeout=30)
+        assert rec.returncode == 0, stderr
+        assert "Traceback" not in stderr and "frame" in stderr  # the progress bar
+        m = re.search(r"stopped by Ctrl-C: (\d+) frames .* \(?.*256x192\) written", stdout)
+        assert m, stdout
+        frames = decode(out)
+        assert len(frames) == int(m.group(1)) >= 10
+        # a 2x2 grid of the reference engine's images: each tile's left edge is its red bar
+        for f in frames[:: max(1, len(frames) // 5)]:
+            for x in (1, 129):
+                r, g, b = (int(v) for v in f[48, x])
+                assert r > 200 and g < 60 and b < 60, (x, r, g, b)
+    finally:
+        for p in (rec, sim):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        for p in (rec, sim):
+            if p is not None:
+                for s in (p.stdout, p.stderr):
+                    if s is not None:
+                        s.close()
+
+
+def test_a_torn_copy_never_reaches_the_video(segment_factory, tmp_path) -> None:
+    """The engine rewrites the images from red to blue to green; it is caught mid-write (odd image_seq,
+    half blue) at every poll of one stretch. No frame of the video may show blue."""
+    seg = segment_factory(num_envs=1, image=(32, 32, 3))
+    seg.set("heartbeat_ns", time.monotonic_ns())
+    seg.images[0] = (255, 0, 0)
+    seg.set("image_seq", 2)
+    t = {"now": 0.0, "calls": 0}
+
+    def clock() -> float:
+        # a fake clock that plays the engine: each call is 10 ms later
+        t["calls"] += 1
+        t["now"] += 0.01
+        seg.set("heartbeat_ns", time.monotonic_ns())
+        if t["calls"] == 150:
+            seg.set("image_seq", 3)  # a write begins ...
+            seg.images[0, :16] = (0, 0, 255)  # ... and is half done for a long while
+        elif t["calls"] == 300:
+            seg.images[0] = (0, 255, 0)
+            seg.set("image_seq", 4)  # ... done: green
+        return t["now"]
+
+    session = MonitorSession(seg.name, tools=False, images=False, discover=False, traffic=False, clock=clock)
+    out = tmp_path / "torn.mp4"
+    try:
+        stats = record(
+            session, str(out), fps=20, seconds=5, env=None, columns=None, timeout_s=2, stop={"now": False}, clock=clock
+        )
+    finally:
+        session.close()
+    frames = decode(out)
+    assert len(frames) == stats.frames == 100
+    colours = [tuple(int(v) for v in f[8, 8]) for f in frames]
+    red = [c for c in colours if c[0] > 200 and c[1] < 60 and c[2] < 60]
+    green = [c for c in colours if c[1] > 200 and c[0] < 60 and c[2] < 60]
+    assert len(red) + len(green) == len(colours), set(colours)  # nothing blue, nothing half-way
+    assert red and green and colours.index(green[0]) == len(red)  # red, then green, never back
+    assert stats.torn > 0 and stats.new_images == 2
+
+
+def test_a_missing_dependency_is_named_with_its_extra(monkeypatch, tmp_path, capsys) -> None:
+    import importlib.util
+
+    from lucky_monitor.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "imageio_ffmpeg" else real(n, *a))
+    monkeypatch.setattr("lucky_monitor.cli._precheck", lambda name, allow: name)
+    assert main(["record", "LuckyEngine_x", "-o", str(tmp_path / "x.mp4")]) == 5
+    assert "pip install 'lucky-monitor[headless]'" in capsys.readouterr().err
+
+
+def test_the_engine_going_away_ends_the_video_with_its_last_image(segment_factory, tmp_path) -> None:
+    seg = segment_factory(num_envs=2, image=(16, 8, 3))
+    seg.set("heartbeat_ns", time.monotonic_ns())
+    seg.images[:] = (0, 255, 0)
+    seg.set("image_seq", 2)
+    t = {"now": 0.0, "calls": 0}
+
+    def clock() -> float:
+        t["calls"] += 1
+        t["now"] += 0.01
+        if t["calls"] == 200:
+            seg.unlink()  # the engine closes and removes its segment
+        elif t["calls"] < 200:
+            seg.set("heartbeat_ns", time.monotonic_ns())
+        return t["now"]
+
+    session = MonitorSession(seg.name, tools=False, images=False, discover=False, traffic=False, clock=clock)
+    out = tmp_path / "gone.mp4"
+    try:
+        stats = record(
+            session, str(out), fps=20, seconds=None, env=1, columns=None, timeout_s=2, stop={"now": False}, clock=clock
+        )
+    finally:
+        session.close()
+    assert stats.ended == "engine gone" and not stats.interrupted
+    frames = decode(out)
+    assert len(frames) == stats.frames > 10 and frames[0].shape == (8, 16, 3)
+    assert all(tuple(int(v) for v in f[4, 8]) == pytest.approx((0, 255, 0), abs=12) for f in frames)

@@ -1,0 +1,148 @@
+"""``lucky-monitor snapshot``: exact pixels from a consistent copy, written by the Qt-free PNG encoder.
+
+Pillow, an independent PNG decoder, reads every file back; the expected pixels
+are computed here from the segment's stored bytes, not by the monitor's tiler.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from lucky_monitor.cli import main
+from lucky_monitor.headless.png import encode_png, write_png
+from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
+from lucky_monitor.transport.shm import platform_kind
+from tests.conftest import unique_segment_name
+
+pytestmark = pytest.mark.timeout(60)
+
+linux_only = pytest.mark.skipif(platform_kind() != "dir", reason="segments are exercised on Linux")
+
+
+def read_png(path) -> np.ndarray:
+    with Image.open(path) as im:
+        return np.asarray(im).copy()
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (7, 5, 3), (3, 9, 4), (1, 1, 3)])
+def test_png_round_trips_through_an_independent_decoder(tmp_path, shape) -> None:
+    rng = np.random.default_rng(len(shape) * 100 + shape[0])
+    img = rng.integers(0, 256, shape, dtype=np.uint8)
+    write_png(tmp_path / "x.png", img)
+    np.testing.assert_array_equal(read_png(tmp_path / "x.png"), img)
+    assert os.listdir(tmp_path) == ["x.png"]  # no temporary left behind
+
+
+@pytest.mark.parametrize(
+    "bad", [np.zeros((2, 2, 2), np.uint8), np.zeros((2, 2, 3), np.float32), np.zeros((0, 4, 3), np.uint8)]
+)
+def test_png_refuses_what_it_cannot_encode(bad) -> None:
+    with pytest.raises(ValueError, match="PNG"):
+        encode_png(bad)
+
+
+@pytest.fixture
+def engine():
+    made: list[ReferenceEngine] = []
+
+    def make(**kw: object) -> ReferenceEngine:
+        base: dict[str, object] = {"num_envs": 7, "obs_size": 8, "act_size": 2, "image": (20, 12), "camera_fps": 0}
+        base.update(kw)
+        eng = ReferenceEngine(EngineConfig(name=unique_segment_name("snap"), **base))  # type: ignore[arg-type]
+        made.append(eng)
+        for _ in range(3):
+            eng.tick()
+        return eng
+
+    yield make
+    for eng in made:
+        eng.close()
+
+
+def rgb_top_down(stored: np.ndarray, fmt: str, bottom_up: bool) -> np.ndarray:
+    """The oracle: one env's stored image as RGB, row 0 at the top."""
+    img = stored[::-1] if bottom_up else stored
+    if fmt == "gray":
+        return np.repeat(img[..., :1], 3, axis=2)
+    if fmt in ("bgr", "bgra"):
+        return img[..., 2::-1]
+    return img[..., :3]
+
+
+@linux_only
+@pytest.mark.parametrize(("fmt", "bottom_up"), [("rgb", False), ("bgr", True), ("bgra", False), ("gray", True)])
+def test_env_snapshot_is_the_stored_image_normalised(engine, tmp_path, fmt, bottom_up, capsys) -> None:
+    eng = engine(fmt=fmt, bottom_up=bottom_up)
+    out = tmp_path / "env.png"
+    assert main(["snapshot", eng.name, "-o", str(out), "--env", "5"]) == 0
+    assert "env 5 20x12 written" in capsys.readouterr().out
+    got = read_png(out)
+    assert got.shape == (12, 20, 3)
+    np.testing.assert_array_equal(got, rgb_top_down(np.asarray(eng.seg.images[5]), fmt, bottom_up))
+    # the reference engine paints a red bar on each image's left edge: red, not blue, after decoding
+    if fmt != "gray":
+        edge = [tuple(int(v) for v in px) for px in got[:, 0]]
+        assert (255, 0, 0) in edge and (0, 0, 255) not in edge
+
+
+@linux_only
+@pytest.mark.parametrize(("cols", "labels"), [(None, False), (2, False), (7, True)])
+def test_grid_snapshot_is_row_major_without_gaps(engine, tmp_path, cols, labels) -> None:
+    eng = engine(fmt="bgr", bottom_up=True)
+    out = tmp_path / "grid.png"
+    argv = ["snapshot", eng.name, "-o", str(out)]
+    argv += [] if cols is None else ["--cols", str(cols)]
+    argv += ["--labels"] if labels else []
+    assert main(argv) == 0
+    got = read_png(out)
+    c = 3 if cols is None else cols  # ceil(sqrt(7)) = 3
+    gap = 2 if labels else 0
+    rows = -(-7 // c)
+    assert got.shape == (rows * 12 + (rows - 1) * gap, c * 20 + (c - 1) * gap, 3)
+    for env in range(7):
+        row, col = divmod(env, c)
+        y0, x0 = row * (12 + gap), col * (20 + gap)
+        tile = got[y0 : y0 + 12, x0 : x0 + 20]
+        want = rgb_top_down(np.asarray(eng.seg.images[env]), "bgr", True)
+        if labels:
+            # the corner carries the label (white ink on black); every other pixel is the image's
+            assert (tile[:7, :5] == 0).all(axis=-1).any() and (tile[:7, :5] == 255).all(axis=-1).any()
+            np.testing.assert_array_equal(tile[8:], want[8:])
+            np.testing.assert_array_equal(tile[:, 6:], want[:, 6:])
+        else:
+            np.testing.assert_array_equal(tile, want)
+    if not labels and rows * c > 7:  # empty slots of the last row hold the gap colour
+        assert (got[-12:, -20:] == 40).all()
+
+
+@linux_only
+def test_bad_input_is_one_line_and_a_documented_code(engine, tmp_path, segment_factory, capsys) -> None:
+    eng = engine()
+    out = str(tmp_path / "x.png")
+    assert main(["snapshot", eng.name, "-o", out, "--env", "7"]) == 2
+    assert main(["snapshot", eng.name, "-o", out, "--cols", "0"]) == 2
+    assert main(["snapshot", eng.name, "-o", str(tmp_path)]) == 2
+    assert main(["snapshot", unique_segment_name("none"), "-o", out]) == 5
+    noimg = segment_factory()
+    noimg.set("heartbeat_ns", time.monotonic_ns())
+    assert main(["snapshot", noimg.name, "-o", out, "--timeout", "2"]) == 5
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 5 and all(line.startswith("lucky-monitor: error: ") for line in err)
+    assert "no image region" in err[-1]
+    assert not os.path.exists(out)
+
+
+@linux_only
+def test_an_engine_that_never_stops_writing_images_gives_no_picture(segment_factory, tmp_path, capsys) -> None:
+    seg = segment_factory(image=(8, 6, 3))
+    seg.set("heartbeat_ns", time.monotonic_ns())
+    seg.set("image_seq", 3)  # odd: the engine is inside a write, and stays there
+    out = tmp_path / "x.png"
+    assert main(["snapshot", seg.name, "-o", str(out), "--timeout", "0.5"]) == 5
+    assert "no consistent copy" in capsys.readouterr().err
+    assert not out.exists()
