@@ -1042,29 +1042,41 @@ class MonitorSession:
         assert seg is not None
         scanner = self._scanner
         counter = seg.counter
+        live = self._link.live
         if frame is not None and frame.obs is not None and frame.frame_seq > self._checked_frame:
             self._checked_frame = frame.frame_seq
             if frame.hot_ok:
                 scanner.check("rewards", frame.frame_seq, frame.rewards)
-                if self._gpu is not None:
-                    gpu, buf = self._gpu, self._gpu_buf
-                    live = self._link.live
-                    res = hot_read(
-                        lambda: counter("frame_seq"),
-                        lambda: counter("action_seq"),
-                        lambda: gpu.copy_into(buf),
-                        free_run=live is None or live.client_pid == 0,
-                        spin_s=0.0,
-                    )
-                    if res.ok:
-                        self._obs, self._obs_frame = buf, res.frame_seq
-                        scanner.check("obs", res.frame_seq, buf)
-                elif not self._gpu_mode:
+                if not self._gpu_mode:
                     self._obs, self._obs_frame = frame.obs, frame.frame_seq
                     scanner.check("obs", frame.frame_seq, frame.obs)
             elif not self._gpu_mode:
                 self._obs = None  # the buffer holds a torn copy now: never shown, never compared
-        live = self._link.live
+        if self._gpu is not None and live is not None and live.frame_seq > max(self._obs_frame, 0):
+            # Device -> device copy under the same guard as the CPU region, tried at each poll until one is
+            # consistent: in lock-step only a copy made wholly in the trainer's turn counts.
+            gpu, buf = self._gpu, self._gpu_buf
+            free_run = live.client_pid == 0
+            if not free_run and counter("action_seq") == counter("frame_seq"):
+                return self._inspect_rest(now, seg, live)  # the engine's turn: it may be writing; next poll
+            res = hot_read(
+                lambda: counter("frame_seq"),
+                lambda: counter("action_seq"),
+                lambda: gpu.copy_into(buf),
+                free_run=free_run,
+                spin_s=0.0,
+            )
+            if res.ok and (free_run or res.checked == "lockstep"):
+                self._obs, self._obs_frame = buf, res.frame_seq
+                scanner.check("obs", res.frame_seq, buf)
+            else:
+                self._obs = None
+        self._inspect_rest(now, seg, live)
+
+    def _inspect_rest(self, now: float, seg: Any, live: LiveFields | None) -> None:
+        """The actions (in the engine's turn), the image checks and the statistics when due."""
+        scanner = self._scanner
+        counter = seg.counter
         act = self._act
         if live is not None and live.client_pid != 0 and act is not None and act.size and seg.act is not None:
             if counter("action_seq") != self._act_frame:

@@ -39,7 +39,7 @@ INSTALL_HINT = "install the gpu extra: pip install 'lucky-monitor[gpu]'"
 def cupy_module() -> ModuleType:
     """Import cupy and check that a CUDA device is usable; :class:`GpuUnavailable` says why not."""
     try:
-        import cupy  # type: ignore[import-not-found, import-untyped, unused-ignore]
+        import cupy
     except ImportError as exc:
         raise GpuUnavailable(f"GPU observations need cupy ({exc.msg}); {INSTALL_HINT}") from None
     try:
@@ -48,7 +48,7 @@ def cupy_module() -> ModuleType:
         raise GpuUnavailable(f"no usable CUDA device: {exc}") from None
     if count < 1:
         raise GpuUnavailable("no CUDA device")
-    return cupy  # type: ignore[no-any-return, unused-ignore]
+    return cupy
 
 
 class DeviceObs:
