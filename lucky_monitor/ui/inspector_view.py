@@ -2,8 +2,8 @@
 
 A view of Ticks (:meth:`InspectorView.apply`): it reads ``tick.alarms`` and
 ``tick.inspector`` and repaints only what changed (the alarms when their
-``version`` moves, the statistics when the inspector's ``seq`` does, at most
-at the session's inspector rate). It writes nothing but through the session:
+``version`` moves, at most every :data:`ALARM_PERIOD_S`; the statistics when
+the inspector's ``seq`` does, at most at the session's inspector rate). It writes nothing but through the session:
 :meth:`~lucky_monitor.core.session.MonitorSession.request_names` once, so
 the engine names the dims.
 
@@ -35,6 +35,8 @@ __all__ = ["InspectorView", "heat_rgb"]
 #: Rows of the table and alarms of the list at most (the rest are counted, not shown).
 MAX_TABLE_DIMS = 512
 MAX_LISTED = 200
+#: Seconds between repaints of the alarm list at most (a NaN that persists raises an alarm every frame).
+ALARM_PERIOD_S = 0.5
 #: Dim names written under the plot's x axis up to this many dims (indices beyond).
 MAX_TICK_NAMES = 24
 BAD_RGB = (255, 0, 255)  # a band holding NaN/Inf
@@ -82,6 +84,7 @@ class InspectorView(QtWidgets.QWidget):
         self._request_names = request_names
         self._asked_generation: int | None = None
         self._alarm_version = -1
+        self._next_alarms = -math.inf
         self._inspector_seq = -1
         self._generation: int | None = None
         self._region = "obs"
@@ -186,6 +189,7 @@ class InspectorView(QtWidgets.QWidget):
         if tick.generation != self._generation:
             self._generation = tick.generation
             self._alarm_version = -1
+            self._next_alarms = -math.inf
             self._inspector_seq = -1
             self._frame = None
             self.alarm_list.clear()
@@ -198,8 +202,9 @@ class InspectorView(QtWidgets.QWidget):
         ):
             self._asked_generation = tick.generation
             self._request_names()
-        if tick.alarms.version != self._alarm_version or tick.alarms.new:
+        if tick.alarms.version != self._alarm_version and tick.t >= self._next_alarms:
             self._alarm_version = tick.alarms.version
+            self._next_alarms = tick.t + ALARM_PERIOD_S
             self._show_alarms(tick.alarms, tick.inspector)
         insp = tick.inspector
         seq = -1 if insp is None else insp.seq
@@ -298,7 +303,10 @@ class InspectorView(QtWidgets.QWidget):
             else:
                 bar.setOpts(x=[], height=[])
         axis = self.dim_plot.getAxis("bottom")
-        if d <= MAX_TICK_NAMES:
+        # Names under the axis only where they fit side by side (else indices; the table has the names).
+        longest = max((len(n) for n in s.names), default=1)
+        width = self.dim_plot.getViewBox().width()
+        if d <= MAX_TICK_NAMES and d * (7 * longest + 12) <= width:
             axis.setTicks([[(i, s.names[i]) for i in range(d)]])
         else:
             axis.setTicks(None)

@@ -175,6 +175,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.alarm_button.setStyleSheet(f"color: {pal.BAD}; font-weight: bold;")
         self.alarm_button.clicked.connect(self.show_inspector)
         self._alarm_version = -1
+        self._next_alarms = 0.0
         self.statusBar().addWidget(self.state_label, 1)
         self.statusBar().addPermanentWidget(self.alarm_button)
         self.statusBar().addPermanentWidget(self.rate_label)
@@ -285,6 +286,7 @@ class MainWindow(QtWidgets.QMainWindow):
     def _on_attach(self, tick: Tick) -> None:
         """A new attach or a detach: per-session views start afresh."""
         self._generation = tick.generation
+        self._alarm_version, self._next_alarms = -1, 0.0  # a new attach counts its alarms afresh
         self._shown_geometry = None  # the new attach's first image is shown at once
         self.history = tick.history or History(1)
         self.plots.set_history(self.history)
@@ -351,9 +353,10 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _show_alarms(self, tick: Tick) -> None:
         a = tick.alarms
-        if a.version == self._alarm_version:
+        if a.version == self._alarm_version or tick.t < self._next_alarms:
             return
         self._alarm_version = a.version
+        self._next_alarms = tick.t + 0.5  # a NaN that persists raises an alarm every frame: 2 repaints a second
         self.grid.set_badges(a.image_flags)
         n = len(a.recent)
         self.alarm_button.setVisible(n > 0)

@@ -156,7 +156,8 @@ def test_image_checker_finds_constant_duplicate_frozen_and_lag() -> None:
     assert not ic.due(0.5) and ic.due(1.0)
     t2 = tiles(6, seed=1)
     t2[3] = t[3]  # env 3's picture did not change ...
-    obs2 = obs + 1  # ... while every env's observation did
+    obs2 = obs + np.random.default_rng(7).uniform(0.5, 1.5, obs.shape).astype(np.float32)  # every env moves ...
+    obs2[3] += 5.0  # ... env 3 more than most
     r2 = ic.check(1.0, envs, t2, image_seq=4, image_frame_seq=11, frame_seq=11, obs_rows=obs2)
     assert [(a.kind, a.env) for a in r2.alarms] == [("frozen", 3)]
     assert r2.flags == {3: ("frozen",)}
@@ -311,7 +312,8 @@ def test_constant_duplicate_and_frozen_tiles_raise_the_three_image_alarms(segmen
 
     try:
         for k in range(1, 5):
-            seg.obs[:] = rng.standard_normal((6, 3)).astype(np.float32)  # every env's obs changes
+            seg.obs[:] = rng.standard_normal((6, 3)).astype(np.float32)  # every env's obs changes ...
+            seg.obs[5] += 10 * k  # ... env 5's by more than any other
             write_images(seg, frame(k), k)
             publish(seg, k)
             tick = s.step()
@@ -357,3 +359,25 @@ def test_dims_are_named_by_the_engines_agent_schema_when_a_view_asks() -> None:
     assert insp.obs.names[:6] == ("cart_pos", "cart_vel", "pole_cos", "pole_sin", "pole_ang_vel", "action_echo[0]")
     assert len(insp.obs.names) == 9
     assert tick.results == ()  # the session's own request shows no command result
+
+
+def test_a_still_scene_whose_clock_runs_is_not_frozen_a_stuck_camera_on_a_moving_env_is() -> None:
+    ic = ImageChecker(6, 6 * 5 * 3)
+    envs = ic.envs()
+    rng = np.random.default_rng(5)
+    obs = rng.standard_normal((6, 4))
+    obs[:, 3] = 0.1  # an episode clock every env shares
+    t = tiles(6)
+    ic.check(0.0, envs, t, image_seq=2, image_frame_seq=1, frame_seq=1, obs_rows=obs)
+    obs2 = obs.copy()
+    obs2[:, 3] += 0.1  # the clock runs for everyone
+    obs2[[0, 1, 2, 5], :3] += rng.uniform(0.5, 1.5, (4, 3))  # envs 0, 1, 2 and 5 move ...
+    obs2[5, :3] += 5.0  # ... env 5 the most
+    t2 = tiles(6, seed=9)
+    t2[4] = t[4]  # env 4 stands still: only its clock moved
+    t2[5] = t[5]  # env 5 moved, its picture did not
+    r = ic.check(1.0, envs, t2, image_seq=4, image_frame_seq=2, frame_seq=2, obs_rows=obs2)
+    assert [(a.kind, a.env) for a in r.alarms] == [("frozen", 5)]
+    # with no moving tiles to compare with, nothing is called frozen
+    r = ic.check(2.0, envs, t2, image_seq=6, image_frame_seq=3, frame_seq=3, obs_rows=obs2 + 1)
+    assert r.alarms == ()
