@@ -124,6 +124,9 @@ class Counters:
 
 ImageSink = Callable[[np.ndarray], object]
 
+#: The inspector copies the obs (and act) region only up to this size: a header may describe 1 GiB of obs.
+INSPECT_MAX_BYTES = 64 * 1024 * 1024
+
 
 @dataclass
 class _Attached:
@@ -308,7 +311,9 @@ class MonitorCore:
             rewards=np.zeros(n, np.float32),
             dones=np.zeros(n, np.uint8),
             truncateds=np.zeros(n, np.uint8) if seg.truncateds is not None else None,
-            obs=np.zeros((n, h.obs_size), np.float32) if self.copy_obs else None,
+            obs=np.zeros((n, h.obs_size), np.float32)
+            if self.copy_obs and 4 * n * h.obs_size <= INSPECT_MAX_BYTES
+            else None,
             heartbeat_changed_at=now - self._initial_heartbeat_age(seg),
             frame_changed_at=now,
             last_heartbeat=seg.counter("heartbeat_ns"),

@@ -69,7 +69,7 @@ from .commands import CommandClient, Reply
 from .history import History
 from .imagecheck import ImageChecker
 from .inspector import DEFAULT_THRESHOLD, Alarm, AlarmScanner, AlarmState, InspectorFrame, dim_names, region_stats
-from .monitor import Counters, Frame, LinkState, MonitorCore, Rates
+from .monitor import INSPECT_MAX_BYTES, Counters, Frame, LinkState, MonitorCore, Rates
 from .text import ms_text, safe_text
 from .tiler import GridGeometry, Tiler, TilerError
 from .traffic import TapStats, TrafficEntry, TrafficLog
@@ -1007,14 +1007,17 @@ class MonitorSession:
         self._gpu_note = ""
         if h is None or not self._inspect:
             return
-        self._act = np.zeros((h.num_envs, h.act_size), np.float32)
+        if 4 * h.num_envs * h.act_size <= INSPECT_MAX_BYTES:
+            self._act = np.zeros((h.num_envs, h.act_size), np.float32)
         self._obs_names = dim_names((), (), h.obs_size)
         self._act_names = dim_names((), (), h.act_size)
         if h.has_images and self._want_images:
             ic = ImageChecker(h.num_envs, h.image_width * h.image_height * h.image_channels)
             self._imgcheck = ic
             self._img_buf = np.empty((ic.count, h.image_height, h.image_width, h.image_channels), np.uint8)
-        if h.gpu_obs_mode == 1:
+        if h.gpu_obs_mode == 1 and 4 * h.num_envs * h.obs_size > INSPECT_MAX_BYTES:
+            self._gpu_note = f"GPU observations not shown: over the inspector's {INSPECT_MAX_BYTES >> 20} MiB limit"
+        elif h.gpu_obs_mode == 1:
             try:
                 self._gpu = CudaObs(h)
                 self._gpu_buf = self._gpu.empty()
@@ -1151,14 +1154,19 @@ class MonitorSession:
             obs = region_stats("obs", self._obs_frame, self._obs, names=self._obs_names, selected=selected, xp=xp)
         if self._act is not None and self._act_frame > 0:
             acts = region_stats("actions", self._act_frame, self._act, names=self._act_names, selected=selected)
+        too_big = f"over the inspector's {INSPECT_MAX_BYTES >> 20} MiB limit: not inspected"
         if h.obs_size == 0:
             obs_note = "obs_size is 0: the engine publishes no observations"
+        elif 4 * h.num_envs * h.obs_size > INSPECT_MAX_BYTES:
+            obs_note = f"obs region of {4 * h.num_envs * h.obs_size >> 20} MiB {too_big}"
         elif h.gpu_obs_mode == 1:
             obs_note = self._gpu_note
         else:
             obs_note = "" if obs is not None else "waiting for a consistent frame"
         if h.act_size == 0:
             act_note = "act_size is 0: no actions"
+        elif self._act is None:
+            act_note = f"act region of {4 * h.num_envs * h.act_size >> 20} MiB {too_big}"
         elif live is not None and live.client_pid == 0:
             act_note = "no trainer attached: nobody writes actions" + (
                 f" (last read: frame {acts.frame_seq})" if acts is not None else ""

@@ -381,3 +381,24 @@ def test_a_still_scene_whose_clock_runs_is_not_frozen_a_stuck_camera_on_a_moving
     # with no moving tiles to compare with, nothing is called frozen
     r = ic.check(2.0, envs, t2, image_seq=6, image_frame_seq=3, frame_seq=3, obs_rows=obs2 + 1)
     assert r.alarms == ()
+
+
+@linux
+def test_an_obs_region_over_the_limit_is_not_copied_and_the_inspector_says_so(segment_factory, monkeypatch) -> None:
+    import lucky_monitor.core.monitor as monitor_mod
+    import lucky_monitor.core.session as session_mod
+
+    monkeypatch.setattr(monitor_mod, "INSPECT_MAX_BYTES", 1024)
+    monkeypatch.setattr(session_mod, "INSPECT_MAX_BYTES", 1024)
+    seg = segment_factory(num_envs=64, obs_size=8, act_size=1)  # 2 KiB of obs: over the (patched) limit
+    seg.set("engine_state", 1)
+    seg.obs[:] = np.nan
+    publish(seg, 1)
+    s = MonitorSession(seg.name, tools=False, images=False, discover=False, traffic=False)
+    try:
+        tick, _ = step_until(s, seg, lambda t: t.inspector is not None, "the inspector", 1)
+    finally:
+        s.close()
+    assert tick.inspector.obs is None and "limit: not inspected" in tick.inspector.obs_note
+    assert tick.frame is None or tick.frame.obs is None
+    assert tick.alarms.nonfinite_total["obs"] == 0  # not read, so not checked
