@@ -17,6 +17,12 @@ A view (the window, ``lucky-monitor watch``, a test) calls
    swaps the grid buffers when the image copy was consistent, taps the four
    command rings, collects command replies, sends a due repeated draw, and
    refreshes the segment list once a second;
+3b. runs the inspector (``inspect=True``): checks the frame's obs and rewards,
+   and the actions read in the engine's turn, for NaN, ±Inf and large values
+   (:mod:`~lucky_monitor.core.inspector`), checks a sample of image tiles once
+   a second (:mod:`~lucky_monitor.core.imagecheck`) and refreshes per-dim
+   statistics at ``inspect_hz``; with GPU observations (``gpu_obs_mode = 1``)
+   it copies the device buffer under the same guard and computes there;
 4. returns a frozen :class:`Tick`: everything a view shows, read at one
    instant. Every string in it that can carry text from the segment (the
    state's text and reason, command results, the tools reason, segment
