@@ -9,7 +9,8 @@ and so can run beside a window. It prints
 * a summary every ``--interval`` seconds: state, ``frame_seq``, frames/s,
   images/s, the lock-step turn split, reward mean/min/max and the done and
   truncated fractions over the interval, torn-read counts, the tools-channel
-  owner.
+  owner, and the alarms raised since the previous line (NaN, ±Inf, large
+  values in obs, actions and rewards: see ``core/inspector.py``).
 
 ``--json`` prints one JSON object per line instead, with the stable keys of
 :data:`JSON_KEYS` (``event`` is ``"state"`` or ``"summary"``). Unknown values
@@ -65,7 +66,12 @@ JSON_KEYS = (
     "torn_hot",
     "torn_images",
     "tools_owner_pid",  # 0 free, null when the engine exports no tools channel
+    "alarms",  # value alarms since the previous line: [{region, env, dim, kind, frame_seq}], at most MAX_LISTED
+    "nonfinite_total",  # NaN and ±Inf values seen per region {obs, actions, rewards}, null while detached
 )
+
+#: Alarms listed per line at most (distinct region/env/dim/kind, the newest frame of each); the rest are counted.
+MAX_LISTED = 64
 
 
 def add_watch_arguments(p: argparse.ArgumentParser) -> None:
@@ -137,6 +143,7 @@ class Watcher:
         self._frames = 0
         self._envs = 0
         self._generation: int | None = None
+        self._alarms: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     def feed(self, tick: Tick) -> None:
         """Take one Tick; print what is due."""
@@ -144,6 +151,11 @@ class Watcher:
             self._generation = tick.generation
             self._rewards = None  # a new attach: nothing of the old session is reported
             self._dones = self._truncs = self._frames = 0
+            self._alarms.clear()
+        for a in tick.alarms.new:
+            if len(self._alarms) < MAX_LISTED or a.key in self._alarms:
+                self._alarms.pop(a.key, None)
+                self._alarms[a.key] = a.to_json()
         f = tick.frame
         if f is not None:
             if self._rewards is None or self._rewards.shape != f.rewards.shape:
@@ -203,6 +215,8 @@ class Watcher:
             "torn_hot": c.torn_hot,
             "torn_images": c.torn_images,
             "tools_owner_pid": tick.tools.owner_pid if tick.tools.exported else None,
+            "alarms": list(self._alarms.values()),
+            "nonfinite_total": None if h is None else dict(tick.alarms.nonfinite_total),
         }
         return rec
 
@@ -214,6 +228,7 @@ class Watcher:
         else:
             line = self._text(rec, tick)
         print(line, file=self.out, flush=True)
+        self._alarms.clear()
 
     @staticmethod
     def _text(rec: dict[str, Any], tick: Tick) -> str:
@@ -239,7 +254,14 @@ class Watcher:
             f"{clock}  {tick.state.value:<18} frame {rec['frame_seq']:>9}  "
             f"{_fmt(rec['frames_per_s']):>7} frames/s  {_fmt(rec['images_per_s']):>6} images/s  {turn}  "
             f"{rew}  done {done}  torn hot {rec['torn_hot']} img {rec['torn_images']}  {tools}"
+            + "".join(f"\n{clock}  ALARM {_alarm_text(a)}" for a in rec["alarms"])
         )
+
+
+def _alarm_text(a: dict[str, Any]) -> str:
+    dim = "" if a["dim"] is None else f" dim {a['dim']}"
+    env = "" if a["env"] is None else f" env {a['env']}"
+    return f"frame {a['frame_seq']} {a['region']}{env}{dim} {a['kind']}"
 
 
 def run_watch(args: argparse.Namespace, *, out: TextIO | None = None) -> int:

@@ -86,6 +86,7 @@ class Frame:
     image_updated: bool = False
     image_seq: int = 0
     image_frame_seq: int = 0
+    obs: np.ndarray | None = None  # the observations, copied with the rewards when ``copy_obs`` is on
 
 
 @dataclass
@@ -123,6 +124,9 @@ class Counters:
 
 ImageSink = Callable[[np.ndarray], object]
 
+#: The inspector copies the obs (and act) region only up to this size: a header may describe 1 GiB of obs.
+INSPECT_MAX_BYTES = 64 * 1024 * 1024
+
 
 @dataclass
 class _Attached:
@@ -131,6 +135,7 @@ class _Attached:
     rewards: np.ndarray
     dones: np.ndarray
     truncateds: np.ndarray | None
+    obs: np.ndarray | None = None
     last_frame: int = -1
     last_image_seq: int = -1
     last_heartbeat: int = -1
@@ -193,6 +198,7 @@ class MonitorCore:
         self.reattached = 0  # segments recreated under the followed name and re-attached
         self.live: Live | None = None  # the live fields read by the last poll (None when none was read)
         self.copy_images = True  # False: follow image_seq for rates but copy no pixels
+        self.copy_obs = False  # True: the guarded hot copy takes the observations too (the inspector's)
         self.on_attach: Callable[[Header], None] | None = None  # called before the first copy of an attach
         self.poll_period = 1.0 / 60.0
         self._force_images = False
@@ -305,6 +311,9 @@ class MonitorCore:
             rewards=np.zeros(n, np.float32),
             dones=np.zeros(n, np.uint8),
             truncateds=np.zeros(n, np.uint8) if seg.truncateds is not None else None,
+            obs=np.zeros((n, h.obs_size), np.float32)
+            if self.copy_obs and 4 * n * h.obs_size <= INSPECT_MAX_BYTES
+            else None,
             heartbeat_changed_at=now - self._initial_heartbeat_age(seg),
             frame_changed_at=now,
             last_heartbeat=seg.counter("heartbeat_ns"),
@@ -416,6 +425,7 @@ class MonitorCore:
             self.counters.frames_seen += 1
             self.counters.frames_skipped += skipped
             out = Frame(res.frame_seq, res.action_seq, now, att.rewards, att.dones, att.truncateds, res.ok, skipped)
+            out.obs = att.obs
 
         image_seq = live.image_seq
         want_images = self.copy_images and (image_seq != att.last_image_seq or self._force_images)
@@ -475,6 +485,8 @@ class MonitorCore:
         np.copyto(att.dones, seg.dones, casting="unsafe")
         if att.truncateds is not None and seg.truncateds is not None:
             np.copyto(att.truncateds, seg.truncateds, casting="unsafe")
+        if att.obs is not None:
+            np.copyto(att.obs, seg.obs)
 
     def _update_rates(self, att: _Attached, now: float) -> None:
         samples = att.samples

@@ -17,6 +17,12 @@ A view (the window, ``lucky-monitor watch``, a test) calls
    swaps the grid buffers when the image copy was consistent, taps the four
    command rings, collects command replies, sends a due repeated draw, and
    refreshes the segment list once a second;
+3b. runs the inspector (``inspect=True``): checks the frame's obs and rewards,
+   and the actions read in the engine's turn, for NaN, ±Inf and large values
+   (:mod:`~lucky_monitor.core.inspector`), checks a sample of image tiles once
+   a second (:mod:`~lucky_monitor.core.imagecheck`) and refreshes per-dim
+   statistics at ``inspect_hz``; with GPU observations (``gpu_obs_mode = 1``)
+   it copies the device buffer under the same guard and computes there;
 4. returns a frozen :class:`Tick`: everything a view shows, read at one
    instant. Every string in it that can carry text from the segment (the
    state's text and reason, command results, the tools reason, segment
@@ -46,36 +52,44 @@ from typing import Any
 import numpy as np
 
 from ..protocol.enums import ImageFormat, Service, SimMode
-from ..protocol.errors import LuckyMonitorError, ToolsChannelBusy, ToolsChannelUnavailable
+from ..protocol.errors import GpuUnavailable, LuckyMonitorError, ToolsChannelBusy, ToolsChannelUnavailable
 from ..protocol.header import Header, LiveFields
 from ..protocol.messages import (
     DrawReq,
     DrawResp,
+    GetAgentSchemaReq,
+    GetAgentSchemaResp,
     MethodId,
     SetServiceEnabledReq,
     SetServiceEnabledResp,
     SetSimulationModeReq,
     SetSimulationModeResp,
 )
-from ..protocol.seqlock import seqlock_read
+from ..protocol.seqlock import engine_turn_read, hot_read, seqlock_read
+from ..transport.cuda import CudaObs
 from ..transport.discovery import list_segments, pid_alive
 from ..transport.shm import validate_name
 from ..transport.tools import ToolsChannel, tools_owner
 from . import drawing
 from .commands import CommandClient, Reply
 from .history import History
-from .monitor import Counters, LinkState, MonitorCore, Rates
+from .imagecheck import ImageChecker
+from .inspector import DEFAULT_THRESHOLD, Alarm, AlarmScanner, AlarmState, InspectorFrame, dim_names, region_stats
+from .monitor import INSPECT_MAX_BYTES, Counters, Frame, LinkState, MonitorCore, Rates
 from .text import ms_text, safe_text
 from .tiler import GridGeometry, Tiler, TilerError
 from .traffic import TapStats, TrafficEntry, TrafficLog
 
 __all__ = [
+    "Alarm",
+    "AlarmState",
     "CommandResult",
     "CommandsState",
     "DisplayOptions",
     "FrameData",
     "GridDisplay",
     "ImageFrame",
+    "InspectorFrame",
     "LinkState",
     "LiveFields",
     "MonitorSession",
@@ -125,6 +139,7 @@ class FrameData:
     truncateds: np.ndarray | None
     consistent: bool
     skipped: int
+    obs: np.ndarray | None = None  # the observations (CPU region; None when the inspector is off)
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +353,10 @@ class Tick:
     traffic: tuple[TrafficEntry, ...]
     traffic_stats: TrafficStats
     paused: bool
+    # The inspector and the alarms (core/inspector.py): alarms every frame, statistics at a bounded rate.
+    # ``alarms.nonfinite_total`` is the per-region count behind ``lucky_nonfinite_total{region=...}``.
+    alarms: AlarmState = field(default_factory=AlarmState)
+    inspector: InspectorFrame | None = None
 
     @property
     def attached(self) -> bool:
@@ -531,6 +550,15 @@ class MonitorSession:
         channel); refused by default, with a reason naming the owner.
     clock
         Monotonic seconds, used when ``step`` is called without ``now``.
+    inspect
+        Run the inspector: copy the observations with each frame, read the
+        actions in the engine's turn, check obs, actions and rewards for
+        NaN, ±Inf and large values, the image region once a second, and
+        refresh per-dim statistics at ``inspect_hz``.
+    alarm_threshold
+        A finite value beyond this magnitude raises a ``large`` alarm.
+    inspect_hz
+        Refreshes of the inspector's statistics per second at most.
     """
 
     SEGMENTS_PERIOD_S = 1.0
@@ -552,8 +580,17 @@ class MonitorSession:
         poll_hz: float = 60.0,
         allow_other_user: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        inspect: bool = True,
+        alarm_threshold: float = DEFAULT_THRESHOLD,
+        inspect_hz: float = 4.0,
     ) -> None:
         self.clock = clock
+        if not (inspect_hz > 0 and math.isfinite(inspect_hz)):
+            raise ValueError(f"inspect_hz must be a positive number, got {inspect_hz!r}")
+        self._inspect = bool(inspect)
+        self._threshold = float(alarm_threshold)
+        self._scanner = AlarmScanner(self._threshold)  # checks the threshold: a bad one raises here, once
+        self._inspect_period = 1.0 / float(inspect_hz)
         self._link = MonitorCore(
             name,
             prefix=prefix,
@@ -563,6 +600,7 @@ class MonitorSession:
             allow_other_user=allow_other_user,
         )
         self._link.copy_images = images
+        self._link.copy_obs = self._inspect
         self._link.on_attach = self._configure_grid
         self._link.poll_period = 1.0 / poll_hz
         self._want_tools = tools
@@ -604,6 +642,25 @@ class MonitorSession:
         self._repeat_cid: int | None = None
         self._draws_answered = 0
         self._lent = False  # the command client is lent out (lend_commands): step() leaves the replies alone
+        # inspector and alarms (per attach)
+        self._act: np.ndarray | None = None
+        self._act_frame = -1
+        self._obs: np.ndarray | None = None  # the newest consistent observations (host or device)
+        self._obs_frame = -1
+        self._checked_frame = -1
+        self._obs_names: tuple[str, ...] = ()
+        self._act_names: tuple[str, ...] = ()
+        self._schema_asked = False
+        self._names_wanted = False
+        self._names_from_schema = False
+        self._inspector: InspectorFrame | None = None
+        self._inspect_key: tuple[int, int, tuple[int, ...]] | None = None
+        self._next_inspect = 0.0
+        self._imgcheck: ImageChecker | None = None
+        self._img_buf: np.ndarray | None = None
+        self._gpu: CudaObs | None = None
+        self._gpu_buf: Any = None
+        self._gpu_note = ""
         # discovery
         self._segments: tuple[SegmentEntry, ...] = ()
         self._next_segments = 0.0
@@ -670,6 +727,7 @@ class MonitorSession:
                 None if frame.truncateds is None else _ro(frame.truncateds),
                 frame.hot_ok,
                 frame.frames_skipped,
+                None if frame.obs is None or self._gpu_mode else _ro(frame.obs),
             )
             if frame.image_updated and self._copy_error is None and self._grid is not None:
                 self._grid.swap()
@@ -678,6 +736,8 @@ class MonitorSession:
             self._last_copy_error = self._copy_error
         elif new_image:
             self._last_copy_error = None
+        if self._inspect and self._header is not None and self._link.segment is not None:
+            self._inspect_step(now, frame)
         traffic: tuple[TrafficEntry, ...] = ()
         seg = self._link.segment
         if self._traffic is not None and self._link.live is not None and seg is not None and seg.backed():
@@ -818,6 +878,16 @@ class MonitorSession:
         if not self._paused:
             self._link.request_images()
 
+    def request_names(self) -> None:
+        """Ask the engine (GetAgentSchema, over the tools channel) to name the inspector's dims.
+
+        Sent once per attach, as soon as this session holds the tools channel;
+        the names appear in a later Tick's ``inspector`` (indices until then,
+        and for good when the engine does not answer or its blocks do not add
+        up to the header's sizes).
+        """
+        self._names_wanted = True
+
     def select(self, envs: tuple[int, ...] | list[int]) -> None:
         """Envs whose rewards the history records individually (at most 8, newest last)."""
         if self.history is not None:
@@ -912,6 +982,7 @@ class MonitorSession:
         self._traffic = None
         self._header = None
         self._grid = None
+        self._close_gpu()
         self._tools = ToolsState(reason="monitor closed")
         self._closed = True
 
@@ -923,6 +994,7 @@ class MonitorSession:
         self._draws_answered = 0
         h = self._link.header
         self._header = h
+        self._reset_inspector(h, now)
         if h is None:
             self._traffic = None
             self._grid = None
@@ -974,6 +1046,209 @@ class MonitorSession:
         except TilerError as exc:
             self._copy_error = str(exc)
 
+    # ------------------------------------------------------------ internals: inspector and alarms
+    def _reset_inspector(self, h: Header | None, now: float) -> None:
+        """A new attach (or a detach): alarms, statistics, names and the GPU view start afresh."""
+        self._close_gpu()
+        self._scanner = AlarmScanner(self._threshold)
+        self._inspector = None
+        self._inspect_key = None
+        self._next_inspect = now
+        self._act_frame = self._obs_frame = self._checked_frame = -1
+        self._obs = None
+        self._obs_names, self._act_names = (), ()
+        self._schema_asked = False
+        self._names_from_schema = False
+        self._imgcheck = None
+        self._img_buf = None
+        self._act = None
+        self._gpu_note = ""
+        if h is None or not self._inspect:
+            return
+        if 4 * h.num_envs * h.act_size <= INSPECT_MAX_BYTES:
+            self._act = np.zeros((h.num_envs, h.act_size), np.float32)
+        self._obs_names = dim_names((), (), h.obs_size)
+        self._act_names = dim_names((), (), h.act_size)
+        if h.has_images and self._want_images:
+            ic = ImageChecker(h.num_envs, h.image_width * h.image_height * h.image_channels)
+            self._imgcheck = ic
+            self._img_buf = np.empty((ic.count, h.image_height, h.image_width, h.image_channels), np.uint8)
+        if h.gpu_obs_mode == 1 and 4 * h.num_envs * h.obs_size > INSPECT_MAX_BYTES:
+            self._gpu_note = f"GPU observations not shown: over the inspector's {INSPECT_MAX_BYTES >> 20} MiB limit"
+        elif h.gpu_obs_mode == 1:
+            try:
+                self._gpu = CudaObs(h)
+                self._gpu_buf = self._gpu.empty()
+                self._gpu_note = (
+                    f"GPU (CUDA IPC, device {h.gpu_device_id}; handle opened in {self._gpu.open_s * 1e3:.0f} ms)"
+                )
+            except GpuUnavailable as exc:
+                self._gpu_note = f"GPU observations not shown: {exc}"
+            except Exception as exc:  # a CUDA runtime failure of any kind: said, never raised into a view
+                self._gpu_note = f"GPU observations not shown: {type(exc).__name__}: {exc}"
+
+    @property
+    def _gpu_mode(self) -> bool:
+        """The engine keeps the observations in CUDA memory (the CPU region is not theirs, LAYOUT §3.4)."""
+        return self._header is not None and self._header.gpu_obs_mode == 1
+
+    def _close_gpu(self) -> None:
+        gpu, self._gpu, self._gpu_buf = self._gpu, None, None
+        if gpu is not None:
+            gpu.close()
+
+    def _inspect_step(self, now: float, frame: Frame | None) -> None:
+        """Check the new frame's values, read the actions in the engine's turn, refresh what is due."""
+        seg = self._link.segment
+        assert seg is not None
+        scanner = self._scanner
+        counter = seg.counter
+        live = self._link.live
+        if frame is not None and frame.obs is not None and frame.frame_seq > self._checked_frame:
+            self._checked_frame = frame.frame_seq
+            if frame.hot_ok:
+                scanner.check("rewards", frame.frame_seq, frame.rewards)
+                if not self._gpu_mode:
+                    self._obs, self._obs_frame = frame.obs, frame.frame_seq
+                    scanner.check("obs", frame.frame_seq, frame.obs)
+            elif not self._gpu_mode:
+                self._obs = None  # the buffer holds a torn copy now: never shown, never compared
+        if self._gpu is not None and live is not None and live.frame_seq > max(self._obs_frame, 0):
+            # Device -> device copy under the same guard as the CPU region, tried at each poll until one is
+            # consistent: in lock-step only a copy made wholly in the trainer's turn counts.
+            gpu, buf = self._gpu, self._gpu_buf
+            free_run = live.client_pid == 0
+            if not free_run and counter("action_seq") == counter("frame_seq"):
+                return self._inspect_rest(now, seg, live)  # the engine's turn: it may be writing; next poll
+            res = hot_read(
+                lambda: counter("frame_seq"),
+                lambda: counter("action_seq"),
+                lambda: gpu.copy_into(buf),
+                free_run=free_run,
+                spin_s=0.0,
+            )
+            if res.ok and (free_run or res.checked == "lockstep"):
+                self._obs, self._obs_frame = buf, res.frame_seq
+                scanner.check("obs", res.frame_seq, buf)
+            else:
+                self._obs = None
+        self._inspect_rest(now, seg, live)
+
+    def _inspect_rest(self, now: float, seg: Any, live: LiveFields | None) -> None:
+        """The actions (in the engine's turn), the image checks and the statistics when due."""
+        scanner = self._scanner
+        counter = seg.counter
+        act = self._act
+        if live is not None and live.client_pid != 0 and act is not None and act.size and seg.act is not None:
+            if counter("action_seq") != self._act_frame:
+                src = seg.act
+                r = engine_turn_read(
+                    lambda: counter("frame_seq"), lambda: counter("action_seq"), lambda: np.copyto(act, src)
+                )
+                if r.ok:
+                    self._act_frame = r.action_seq
+                    scanner.check("actions", r.action_seq, act)
+        if self._imgcheck is not None and self._imgcheck.due(now) and live is not None:
+            self._check_images(now, seg)
+        if now >= self._next_inspect:
+            self._next_inspect = now + self._inspect_period
+            self._refresh_inspector(live)
+
+    def _check_images(self, now: float, seg: Any) -> None:
+        ic, buf, h = self._imgcheck, self._img_buf, self._header
+        assert ic is not None and buf is not None and h is not None
+        if seg.images is None:
+            return
+        envs = ic.envs()
+        images = seg.images
+        counter = seg.counter
+        got: dict[str, int] = {}
+
+        def copy() -> None:
+            np.take(images, envs, axis=0, out=buf[: len(envs)])
+            got["image_frame_seq"] = counter("image_frame_seq")
+
+        r = seqlock_read(lambda: counter("image_seq"), copy)
+        if not r.ok:
+            ic.retry(now)
+            return
+        obs_rows = None
+        if self._obs is not None:
+            rows = self._obs[envs]
+            obs_rows = np.asarray(rows.get() if hasattr(rows, "get") else rows)
+        live = self._link.live
+        camera_on = True
+        if live is not None and h.services_available >> Service.CAMERA & 1:
+            camera_on = bool(live.services_enabled >> Service.CAMERA & 1)
+        rates = self._link.rates
+        result = ic.check(
+            now,
+            envs,
+            buf[: len(envs)],
+            image_seq=r.seq,
+            image_frame_seq=got["image_frame_seq"],
+            frame_seq=counter("frame_seq"),
+            obs_rows=obs_rows,
+            frames_per_s=rates.frames_per_s,
+            images_per_s=rates.images_per_s,
+            camera_on=camera_on,
+        )
+        first, last = (int(envs[0]), int(envs[-1])) if len(envs) else (0, -1)
+        self._scanner.image(result.alarms, result.flags, f"{len(envs)} tiles checked (envs {first}–{last}) each second")
+
+    def _refresh_inspector(self, live: LiveFields | None) -> None:
+        h = self._header
+        assert h is not None
+        selected = tuple(self.history.selected) if self.history is not None else ()
+        key = (self._obs_frame, self._act_frame, selected)
+        if key == self._inspect_key:
+            return
+        self._inspect_key = key
+        prev = self._inspector
+        obs = prev.obs if prev is not None else None
+        acts = prev.actions if prev is not None else None
+        if self._obs is not None:
+            xp: Any = np if self._gpu is None else self._gpu.cp
+            obs = region_stats("obs", self._obs_frame, self._obs, names=self._obs_names, selected=selected, xp=xp)
+        if self._act is not None and self._act_frame > 0:
+            acts = region_stats("actions", self._act_frame, self._act, names=self._act_names, selected=selected)
+        too_big = f"over the inspector's {INSPECT_MAX_BYTES >> 20} MiB limit: not inspected"
+        if h.obs_size == 0:
+            obs_note = "obs_size is 0: the engine publishes no observations"
+        elif 4 * h.num_envs * h.obs_size > INSPECT_MAX_BYTES:
+            obs_note = f"obs region of {4 * h.num_envs * h.obs_size >> 20} MiB {too_big}"
+        elif h.gpu_obs_mode == 1:
+            obs_note = self._gpu_note
+        else:
+            obs_note = "" if obs is not None else "waiting for a consistent frame"
+        if h.act_size == 0:
+            act_note = "act_size is 0: no actions"
+        elif self._act is None:
+            act_note = f"act region of {4 * h.num_envs * h.act_size >> 20} MiB {too_big}"
+        elif live is not None and live.client_pid == 0:
+            act_note = "no trainer attached: nobody writes actions" + (
+                f" (last read: frame {acts.frame_seq})" if acts is not None else ""
+            )
+        elif acts is None:
+            act_note = "waiting for the engine's turn (actions are read only then)"
+        else:
+            act_note = f"read in the engine's turn: actions of frame {acts.frame_seq}"
+        seq = (prev.seq if prev is not None else 0) + 1
+        names_from = "GetAgentSchema" if self._names_from_schema else "indices"
+        self._inspector = InspectorFrame(seq, obs, acts, obs_note, act_note, names_from, self._gpu_note)
+
+    def _take_schema(self, r: Reply) -> None:
+        """GetAgentSchema's answer: the dims' names (indices stay when the blocks do not match the header)."""
+        h = self._header
+        payload = r.response.payload if r.response is not None else None
+        if h is None or r.error is not None or not isinstance(payload, GetAgentSchemaResp):
+            return
+        obs = dim_names(payload.observation_names, payload.observation_sizes, h.obs_size)
+        act = dim_names(payload.action_names, payload.action_sizes, h.act_size)
+        self._names_from_schema = obs != dim_names((), (), h.obs_size) or act != dim_names((), (), h.act_size)
+        self._obs_names, self._act_names = obs, act
+        self._inspect_key = None  # re-label at the next refresh
+
     # ------------------------------------------------------------ internals: tools
     def _service_tools(self, now: float) -> None:
         seg = self._link.segment
@@ -986,6 +1261,9 @@ class MonitorSession:
                 self._collect()
         elif seg is not None and self._tools.exported and now >= self._next_claim:
             self._try_claim(now)
+        if self._client is not None and self._inspect and self._names_wanted and not self._schema_asked:
+            self._schema_asked = True  # once per attach, when a view asked: the dims' names for the inspector
+            self._send("schema", 0, MethodId.GetAgentSchemaReq, GetAgentSchemaReq())
         self._run_repeat(now)
 
     def _probe_owner(self, now: float) -> None:
@@ -1038,6 +1316,8 @@ class MonitorSession:
         """Fail what is in flight, give the tools channel back, forget the client."""
         pending, self._pending = self._pending, {}
         for kind, target in pending.values():
+            if kind == "schema":
+                continue  # asked by the session itself: no result to show
             self._results.append(CommandResult(kind, target, "error", f"error: {why}"))
         self._repeat_cid = None
         chan, self._chan, self._client = self._chan, None, None
@@ -1073,6 +1353,9 @@ class MonitorSession:
                     self._results.append(CommandResult("reply", 0, "error", f"error: {r.error}"))
                 continue
             kind, target = what
+            if kind == "schema":
+                self._take_schema(r)
+                continue
             if r.correlation_id == self._repeat_cid:
                 self._repeat_cid = None
             if kind not in ("service", "sim") and r.response is not None:
@@ -1187,6 +1470,8 @@ class MonitorSession:
             traffic=traffic,
             traffic_stats=self._traffic_stats(),
             paused=self._paused,
+            alarms=self._scanner.state(),
+            inspector=self._inspector if self._header is not None else None,
         )
 
     def _traffic_stats(self) -> TrafficStats:

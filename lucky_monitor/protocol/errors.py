@@ -195,3 +195,7 @@ class CommandTimeout(UnavailableError):
 
 class RemoteError(LuckyMonitorError):
     """The engine answered a command with an error envelope."""
+
+
+class GpuUnavailable(UnavailableError):
+    """GPU observations cannot be used here: cupy is not installed, no CUDA device, or the handle does not open."""

@@ -134,3 +134,27 @@ def hot_read(
         torn += 1
         if torn > max_retries:
             return HotReadResult(False, f1, a1, torn, checked)
+
+
+def engine_turn_read(
+    read_frame: Callable[[], int],
+    read_action: Callable[[], int],
+    copy: Callable[[], object],
+) -> HotReadResult:
+    """Copy the trainer-written ``act`` region with ``copy``, only inside the engine's turn (one attempt).
+
+    The trainer writes actions only in its own turn (``frame_seq - action_seq
+    == 1``) and hands over by storing ``action_seq = frame_seq``; from then
+    until the engine publishes the next frame the actions of frame
+    ``action_seq`` are stable. A copy is consistent when both counters are
+    equal (and non-zero) before it and unchanged after it. Outside the
+    engine's turn nothing is copied (``ok`` False, ``torn`` 0): the caller
+    tries again at a later poll, never spins. ``checked`` is ``"turn"``.
+    """
+    f1, a1 = read_frame(), read_action()
+    if not (a1 == f1 and f1 != 0):
+        return HotReadResult(False, f1, a1, 0, "turn")
+    copy()
+    f2, a2 = read_frame(), read_action()
+    ok = f2 == f1 and a2 == a1
+    return HotReadResult(ok, f1, a1, 0 if ok else 1, "turn")

@@ -42,10 +42,11 @@ import numpy as np
 
 from ..protocol import header as hdr
 from ..protocol import messages as m
-from ..protocol.enums import EngineState, ImageFormat, Service, SimMode
+from ..protocol.enums import EngineState, GpuObsMode, ImageFormat, Service, SimMode
 from ..protocol.envelope import Envelope, decode, encode, error_response
 from ..protocol.errors import EnvelopeError, LuckyMonitorError, RingCorrupt, RingFull
 from ..protocol.ring import RingReader, RingWriter, max_payload
+from ..transport.cuda import DeviceObs
 from ..transport.discovery import pid_alive
 from ..transport.shm import EngineSegment, SegmentExists, check_segment_size, peek_header
 from .physics import CartPoleBatch, Contract
@@ -104,6 +105,9 @@ class EngineConfig:
     noop_step: bool = False
     #: tests only: names of :data:`MISBEHAVIOURS` the engine acts out (a conforming engine has none)
     misbehave: frozenset[str] = frozenset()
+    #: observations in CUDA memory, shared by an IPC handle in the header (LAYOUT §3.4; needs cupy)
+    gpu_obs: bool = False
+    gpu_device: int = 0
 
     @property
     def channels(self) -> int:
@@ -209,6 +213,17 @@ class ReferenceEngine:
         image = (cfg.image[0], cfg.image[1], channels) if cfg.image else None
         # The size check comes first: no per-env buffer is allocated for a segment that is refused.
         header = plan_segment(cfg, server_pid=os.getpid(), session_id=secrets.randbits(64) | 1)
+        self.gpu: DeviceObs | None = None
+        if cfg.gpu_obs:
+            # The device buffer and its handle exist before the header is written: the handle is constant.
+            self.gpu = DeviceObs(cfg.num_envs, cfg.obs_size, cfg.gpu_device)
+            header = replace(
+                header,
+                gpu_available=1,
+                gpu_obs_mode=GpuObsMode.CUDA_IPC,
+                gpu_obs_handle=self.gpu.handle,
+                gpu_device_id=cfg.gpu_device,
+            )
         # The physics and renderer validate their own arguments before the segment exists.
         self.sim = CartPoleBatch(cfg.num_envs, cfg.obs_size, cfg.act_size, seed=cfg.seed)
         self.renderer = (
@@ -224,6 +239,9 @@ class ReferenceEngine:
             # A crashed engine's segment (its server_pid is dead): replace it, once.
             self.seg = EngineSegment.create(self.name, header, exist_ok=True)
         self.header = header
+        # Where the physics writes observations: the segment's obs region, or (GPU observations) a private
+        # host buffer copied to the device before each publish; the CPU region then stays zero (LAYOUT §3.4).
+        self._obs_out = self.seg.obs if self.gpu is None else np.zeros_like(self.seg.obs)
         h, buf = header, self.seg.buf
         self.pairs = [
             _Pair(
@@ -267,7 +285,9 @@ class ReferenceEngine:
     # ------------------------------------------------------------ lifecycle
     def _publish_initial(self) -> None:
         seg = self.seg
-        self.sim.write_obs(seg.obs)
+        self.sim.write_obs(self._obs_out)
+        if self.gpu is not None:
+            self.gpu.write(self._obs_out)
         seg.rewards[:] = 0
         seg.dones[:] = 0
         if seg.truncateds is not None:
@@ -400,7 +420,9 @@ class ReferenceEngine:
             self._pending_reset[:] = False
         if not self.cfg.noop_step:
             # the padding columns of obs stay zero from the first write
-            sim.advance(self._actions, seg.obs, seg.rewards, seg.dones, seg.truncateds, clear_tail=False)
+            sim.advance(self._actions, self._obs_out, seg.rewards, seg.dones, seg.truncateds, clear_tail=False)
+            if self.gpu is not None:
+                self.gpu.write(self._obs_out)  # synchronised: the device holds frame k+1 before it is published
             self._render(frame + 1)
         self.steps += 1
         seg.set("frame_seq", frame + 1)

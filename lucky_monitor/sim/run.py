@@ -119,6 +119,12 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="randomisation seed (default 0)")
     p.add_argument("--camera-fps", type=float, default=60.0, help="image publications per second (0 = every step)")
     p.add_argument("--no-tools", action="store_true", help="export no tools channel (monitors stay read-only)")
+    p.add_argument(
+        "--gpu-obs",
+        action="store_true",
+        help="observations in CUDA memory, shared by an IPC handle in the header (needs lucky-monitor[gpu])",
+    )
+    p.add_argument("--gpu-device", type=int, default=0, help="CUDA device of --gpu-obs (default 0)")
     p.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: run until signalled)")
 
 
@@ -190,7 +196,11 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         tools_ring_size=0 if args.no_tools else 64 * 1024,
         noop_step=getattr(args, "noop_step", False),
         misbehave=frozenset(getattr(args, "misbehave", ())),
+        gpu_obs=bool(getattr(args, "gpu_obs", False)),
+        gpu_device=int(getattr(args, "gpu_device", 0)),
     )
+    if cfg.gpu_obs:
+        _check_range("--gpu-device", cfg.gpu_device, 0, 2**32 - 1, "the CUDA device id")
     plan_segment(cfg)  # the size check, before anything is allocated
     return cfg
 

@@ -17,6 +17,11 @@ The trainer attaches read-write and claims ``client_pid`` by compare-and-swap
   ring with the same correlation id. Unsolicited stream frames that arrive
   meanwhile are kept in :attr:`pushes`.
 * ``close()`` releases ``client_pid`` (pid → 0) so the engine free-runs again.
+* GPU observations (``gpu_obs_mode = 1``, LAYOUT §3.4): :attr:`obs_cuda` is
+  the engine's device buffer as a cupy array (``torch.from_dlpack`` takes it
+  without a copy), opened once from the header's IPC handle; ``step`` and
+  ``observe`` then return the observations copied from the device, since the
+  CPU region does not hold them.
 
 The first step after attaching may return a frame the engine produced while
 it was still free-running; from the second step on, every frame is the result
@@ -34,10 +39,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..protocol import messages as m
-from ..protocol.enums import EngineState, SimMode
+from ..protocol.enums import EngineState, GpuObsMode, SimMode
 from ..protocol.envelope import Envelope, decode, encode
 from ..protocol.errors import BusyError, CommandTimeout, EngineDied, EnvelopeError, RemoteError
 from ..protocol.ring import RingReader, RingWriter
+from ..transport.cuda import CudaObs
 from ..transport.discovery import pid_alive
 from ..transport.shm import TrainerSegment
 
@@ -88,6 +94,7 @@ class SharedMemoryClient:
         self.pushes: collections.deque[Envelope] = collections.deque(maxlen=1024)
         self.steps = 0
         self.pid = os.getpid()
+        self._cuda: CudaObs | None = None
         self._claim()
 
     # ----------------------------------------------------------- lifecycle
@@ -109,6 +116,9 @@ class SharedMemoryClient:
         """Release ``client_pid`` and unmap. Idempotent."""
         if self.seg.closed:
             return
+        if self._cuda is not None:
+            self._cuda.close()
+            self._cuda = None
         try:
             self.seg.cas("client_pid", self.pid, 0)
         finally:
@@ -125,10 +135,28 @@ class SharedMemoryClient:
     def frame_seq(self) -> int:
         return self.seg.counter("frame_seq")
 
+    @property
+    def gpu_obs(self) -> bool:
+        """The engine keeps the observations in CUDA memory (``gpu_obs_mode = 1``)."""
+        return self.header.gpu_obs_mode == GpuObsMode.CUDA_IPC
+
+    @property
+    def obs_cuda(self) -> typing.Any:
+        """The engine's observations on the GPU: a cupy ``float32[num_envs, obs_size]`` (opened on first use).
+
+        Valid while this client is open; it changes with every step. Raises
+        :class:`~lucky_monitor.protocol.errors.GpuUnavailable` when the engine
+        exports none, or cupy or the device is missing.
+        """
+        if self._cuda is None:
+            self._cuda = CudaObs(self.header)
+        return self._cuda.array
+
     def observe(self) -> StepResult:
-        """The current data without stepping (views)."""
+        """The current data without stepping (views; with GPU observations, ``obs`` is a host copy)."""
         s = self.seg
-        return StepResult(s.obs, s.rewards, s.dones, s.truncateds, s.counter("frame_seq"))
+        obs = self.obs_cuda.get() if self.gpu_obs else s.obs
+        return StepResult(obs, s.rewards, s.dones, s.truncateds, s.counter("frame_seq"))
 
     def step(self, actions: np.ndarray, reset: np.ndarray | None = None) -> StepResult:
         """Write ``actions`` (``(num_envs, act_size)``), hand over, wait for the next frame.

@@ -26,6 +26,7 @@ the ViewBox to grid pixels and :meth:`Tiler.env_at`.
 from __future__ import annotations
 
 import time
+import typing
 from collections.abc import Callable, Mapping
 from os import PathLike
 from typing import Any
@@ -245,6 +246,84 @@ class ImageSurface(QtWidgets.QGraphicsObject):
             painter.drawImage(self._rect, self.qimage)
 
 
+class _Badges(QtWidgets.QGraphicsItem):
+    """Image-check findings on the grid: a red frame around each flagged tile and its kinds' initials.
+
+    One item for the whole grid, repainted only when the flags change (once a
+    second at most, from the session's image checks). Frames and letters are
+    drawn in device pixels, so they stay visible at any zoom; at most
+    :attr:`MAX_BADGES` tiles are drawn.
+    """
+
+    MAX_BADGES = 256
+    LETTERS: typing.ClassVar[dict[str, str]] = {"constant": "C", "duplicate": "D", "frozen": "F"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tiler: Tiler | GridGeometry | None = None
+        self._flags: dict[int, tuple[str, ...]] = {}
+        self._font = QtGui.QFont()
+        self._font.setPixelSize(11)
+        self._font.setBold(True)
+        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+        self.last_drawn = 0
+
+    def set_tiler(self, tiler: Tiler | GridGeometry | None) -> None:
+        self.prepareGeometryChange()
+        self._tiler = tiler
+        self.update()
+
+    def set_flags(self, flags: Mapping[int, tuple[str, ...]]) -> bool:
+        """Show ``flags`` (env -> kinds); return whether anything changed."""
+        new = dict(flags)
+        if new == self._flags:
+            return False
+        self._flags = new
+        self.update()
+        return True
+
+    @property
+    def shown(self) -> dict[int, tuple[str, ...]]:
+        """The flags shown now (env -> kinds)."""
+        return dict(self._flags)
+
+    def boundingRect(self) -> QtCore.QRectF:
+        t = self._tiler
+        if t is None:
+            return QtCore.QRectF()
+        return QtCore.QRectF(0, 0, t.grid_width, t.grid_height)
+
+    def paint(self, painter: QtGui.QPainter, option: Any, widget: Any = None) -> None:
+        t = self._tiler
+        self.last_drawn = 0
+        if t is None or not self._flags:
+            return
+        tr = painter.worldTransform()
+        painter.save()
+        painter.resetTransform()
+        frame_pen = QtGui.QPen(QtGui.QColor(pal.BAD), 2)
+        text_pen = QtGui.QPen(QtGui.QColor(pal.BRIGHT_TEXT))
+        painter.setFont(self._font)
+        bg = QtGui.QColor(pal.BAD)
+        drawn = 0
+        for env, kinds in sorted(self._flags.items())[: self.MAX_BADGES]:
+            if not 0 <= env < t.num_envs:
+                continue
+            x0, y0 = t.tile_origin(env)
+            r = tr.mapRect(QtCore.QRectF(x0, y0, t.width, t.height))
+            painter.setPen(frame_pen)
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRect(r)
+            text = "".join(self.LETTERS.get(k, "?") for k in kinds)
+            box = QtCore.QRectF(r.right() - 8 * len(text) - 6, r.top(), 8 * len(text) + 6, 15)
+            painter.fillRect(box, bg)
+            painter.setPen(text_pen)
+            painter.drawText(box, int(Qt.AlignmentFlag.AlignCenter), text)
+            drawn += 1
+        painter.restore()
+        self.last_drawn = drawn
+
+
 class SingleEnvView(QtWidgets.QWidget):
     """One env's tile at native resolution (one image pixel per device pixel).
 
@@ -389,6 +468,9 @@ class ImageGridWidget(QtWidgets.QWidget):
         self.highlight.setZValue(20)
         self.highlight.setVisible(False)
         self.view_box.addItem(self.highlight, ignoreBounds=True)
+        self.badges = _Badges()
+        self.badges.setZValue(15)
+        self.view_box.addItem(self.badges, ignoreBounds=True)
         self.view_box.sigRangeChanged.connect(self._update_labels)
         self.view_box.sigResized.connect(self._update_labels)
         scene = self.graphics.scene()
@@ -474,6 +556,7 @@ class ImageGridWidget(QtWidgets.QWidget):
             self._geometry = key
             self._sync_columns_spin()
             self.labels.set_tiler(t)
+            self.badges.set_tiler(t)
             self._update_labels()
             if new_envs:
                 self._selection = tuple(e for e in self._selection if e < t.num_envs)
@@ -500,6 +583,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._has_frame = False
         self.image_item.clear()
         self.labels.set_tiler(None)
+        self.badges.set_tiler(None)
         self.highlight.setVisible(False)
         for item in self._extra_highlights:
             item.setVisible(False)
@@ -639,6 +723,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._back_ready = False
         self._sync_columns_spin()
         self.labels.set_tiler(tiler)
+        self.badges.set_tiler(tiler)
         self._update_labels()
         self._selection = tuple(e for e in self._selection if e < n)
         if self._selected is not None and self._selected >= n:
@@ -686,6 +771,7 @@ class ImageGridWidget(QtWidgets.QWidget):
             self._meta = None
             return
         self.labels.set_tiler(t)
+        self.badges.set_tiler(t)
         self._place_highlight()
         self._retile()
         self.reset_zoom()
@@ -860,6 +946,15 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._selection = tuple(int(e) for e in envs if 0 <= int(e) < limit)
         self._selected = self._selection[-1] if self._selection else None
         self._place_highlight()
+
+    def set_badges(self, flags: Mapping[int, tuple[str, ...]]) -> None:
+        """Mark tiles flagged by the session's image checks (env -> kinds: constant, duplicate, frozen)."""
+        if self.badges.set_flags(flags):
+            self.badges.setToolTip(
+                "image checks: "
+                + "; ".join(f"env {e}: {', '.join(k)}" for e, k in sorted(flags.items())[:20])
+                + ("; …" if len(flags) > 20 else "")
+            )
 
     def _place_highlight(self) -> None:
         t, env = self.tiler, self._selected

@@ -40,8 +40,10 @@ from ..core.history import History
 from ..core.session import MonitorSession, Tick
 from ..core.tiler import GridGeometry
 from ..protocol.errors import LuckyMonitorError
+from . import palette as pal
 from .backend import MonitorBackend, state_color
 from .image_grid import ImageGridWidget
+from .inspector_view import InspectorView
 from .plots import PlotsPanel
 from .qml_host import make_quick_widget
 from .traffic_view import TrafficView
@@ -145,7 +147,13 @@ class MainWindow(QtWidgets.QMainWindow):
         self.traffic = TrafficView()
         self._dock("RPC panel", self.panel, Qt.DockWidgetArea.LeftDockWidgetArea)
         self._draw_dock = self._dock("Debug draw", self.draw_form, Qt.DockWidgetArea.RightDockWidgetArea)
-        self._dock("Command traffic", self.traffic, Qt.DockWidgetArea.RightDockWidgetArea)
+        traffic_dock = self._dock("Command traffic", self.traffic, Qt.DockWidgetArea.RightDockWidgetArea)
+        # The inspector (alarms, per-dim statistics): a tab beside the traffic table; an alarm also shows in
+        # the status bar (click it to bring the inspector up).
+        self.inspector = InspectorView(self.session.request_names)
+        self.inspector_dock = self._dock("Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.tabifyDockWidget(traffic_dock, self.inspector_dock)
+        traffic_dock.raise_()
 
         # --- status bar: the state, large, in its colour
         self.state_label = QtWidgets.QLabel("searching")
@@ -160,7 +168,16 @@ class MainWindow(QtWidgets.QMainWindow):
             "CPU of this window (% of one core) against its budget (--cpu-budget), and the refresh "
             "rates in force; every poll is still read and recorded"
         )
+        self.alarm_button = QtWidgets.QPushButton("")
+        self.alarm_button.setFlat(True)
+        self.alarm_button.setVisible(False)
+        self.alarm_button.setToolTip("alarms: NaN, ±Inf or large values, image-region findings (opens the inspector)")
+        self.alarm_button.setStyleSheet(f"color: {pal.BAD}; font-weight: bold;")
+        self.alarm_button.clicked.connect(self.show_inspector)
+        self._alarm_version = -1
+        self._next_alarms = 0.0
         self.statusBar().addWidget(self.state_label, 1)
+        self.statusBar().addPermanentWidget(self.alarm_button)
         self.statusBar().addPermanentWidget(self.rate_label)
         self.statusBar().addPermanentWidget(self.budget_label)
 
@@ -269,6 +286,7 @@ class MainWindow(QtWidgets.QMainWindow):
     def _on_attach(self, tick: Tick) -> None:
         """A new attach or a detach: per-session views start afresh."""
         self._generation = tick.generation
+        self._alarm_version, self._next_alarms = -1, 0.0  # a new attach counts its alarms afresh
         self._shown_geometry = None  # the new attach's first image is shown at once
         self.history = tick.history or History(1)
         self.plots.set_history(self.history)
@@ -314,6 +332,8 @@ class MainWindow(QtWidgets.QMainWindow):
             if tick.display_error:
                 self.grid.status_label.setText(tick.display_error)
             self.traffic.add(tick.traffic, tick.traffic_stats, tick.t)
+            self.inspector.apply(tick)  # repaints only when its alarms or statistics changed
+            self._show_alarms(tick)
         self._ticks += 1
         if now + DUE_SLACK_S >= self._next_plot and not self._paused:
             self._next_plot = self._due(self._next_plot, now, rates.plots_hz)
@@ -330,6 +350,23 @@ class MainWindow(QtWidgets.QMainWindow):
             self._update_status(tick)
         self._tick_cost = time.perf_counter() - t0
         self.stats.add_tick(tick, self._tick_cost)
+
+    def _show_alarms(self, tick: Tick) -> None:
+        a = tick.alarms
+        if a.version == self._alarm_version or tick.t < self._next_alarms:
+            return
+        self._alarm_version = a.version
+        self._next_alarms = tick.t + 0.5  # a NaN that persists raises an alarm every frame: 2 repaints a second
+        self.grid.set_badges(a.image_flags)
+        n = len(a.recent)
+        self.alarm_button.setVisible(n > 0)
+        if n:
+            self.alarm_button.setText(f"⚠ {n} alarm{'s' if n != 1 else ''}: {a.recent[-1].text()}")
+
+    def show_inspector(self) -> None:
+        """Bring the inspector dock to the front."""
+        self.inspector_dock.show()
+        self.inspector_dock.raise_()
 
     @staticmethod
     def _due(last_due: float, now: float, hz: float) -> float:

@@ -53,8 +53,14 @@ def test_docks_stay_inside_the_window(window_at, size) -> None:
     inside = win.rect()
     for dock in win.findChildren(QtWidgets.QDockWidget):
         assert dock.isVisible()
+        if win.tabifiedDockWidgets(dock):  # a tab (the inspector beside the traffic): checked when it is raised
+            dock.raise_()
+            for _ in range(3):
+                QtWidgets.QApplication.processEvents()
         assert inside.contains(dock.geometry()), (dock.windowTitle(), dock.geometry(), inside)
     assert inside.contains(win.centralWidget().geometry())
+    win.findChild(QtWidgets.QDockWidget, "Command_traffic").raise_()
+    QtWidgets.QApplication.processEvents()
     # The traffic table shows all its columns, with no horizontal scrolling.
     table = win.traffic.table
     assert table.horizontalScrollBar().maximum() == 0

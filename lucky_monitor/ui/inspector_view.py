@@ -1,0 +1,345 @@
+"""The inspector dock: alarms, per-dim statistics, a heatmap and the selected envs' vectors.
+
+A view of Ticks (:meth:`InspectorView.apply`): it reads ``tick.alarms`` and
+``tick.inspector`` and repaints only what changed (the alarms when their
+``version`` moves, at most every :data:`ALARM_PERIOD_S`; the statistics when
+the inspector's ``seq`` does, at most at the session's inspector rate). It writes nothing but through the session:
+:meth:`~lucky_monitor.core.session.MonitorSession.request_names` once, so
+the engine names the dims.
+
+Parts, top to bottom: the alarm counts (``lucky_nonfinite_total`` per region,
+large values, image findings) and the list of recent alarms, newest first;
+the region picker (obs or actions) with where the values come from; then
+two tabs: *plots* (per-dim mean with the ±std and min–max bands, the
+selected envs' values as bars, and the envs × dims heatmap: each column
+scaled to its own range, bands of envs beyond 256 rows averaged, cells of a
+band holding NaN/Inf in magenta) and *table* (the numbers, dim by dim).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore, QtGui, QtWidgets
+from PySide6.QtCore import Qt
+
+from ..core.inspector import REGIONS, AlarmState, RegionStats
+from ..core.session import InspectorFrame, Tick
+from . import palette as pal
+
+__all__ = ["InspectorView", "heat_rgb"]
+
+#: Rows of the table and alarms of the list at most (the rest are counted, not shown).
+MAX_TABLE_DIMS = 512
+MAX_LISTED = 200
+#: Seconds between repaints of the alarm list at most (a NaN that persists raises an alarm every frame).
+ALARM_PERIOD_S = 0.5
+#: Dim names written under the plot's x axis up to this many dims (indices beyond).
+MAX_TICK_NAMES = 24
+BAD_RGB = (255, 0, 255)  # a band holding NaN/Inf
+EMPTY_RGB = (60, 60, 60)  # no finite value at all
+
+
+def _lut() -> np.ndarray:
+    return pg.colormap.get("viridis").getLookupTable(0.0, 1.0, 256, alpha=False).astype(np.uint8)
+
+
+_LUT: np.ndarray | None = None
+
+
+def heat_rgb(stats: RegionStats) -> np.ndarray:
+    """The heatmap as ``(rows, dims, 3)`` uint8: each dim scaled to its own range, bad cells magenta."""
+    global _LUT
+    if _LUT is None:
+        _LUT = _lut()
+    heat = stats.heat.astype(np.float64)
+    with np.errstate(all="ignore"):
+        finite = np.isfinite(heat)
+        lo = np.where(finite, heat, np.inf).min(axis=0) if heat.size else np.zeros(0)
+        hi = np.where(finite, heat, -np.inf).max(axis=0) if heat.size else np.zeros(0)
+        span = np.where(hi > lo, hi - lo, 1.0)
+        norm = np.where(finite, np.clip((heat - lo) / span, 0.0, 1.0), 0.0)
+    rgb = _LUT[(norm * 255).astype(np.int64)]
+    rgb[~finite] = EMPTY_RGB
+    rgb[stats.heat_bad] = BAD_RGB
+    return np.ascontiguousarray(rgb)
+
+
+def _num(v: float) -> str:
+    if not math.isfinite(v):
+        return "—"
+    return f"{v:.4g}"
+
+
+class InspectorView(QtWidgets.QWidget):
+    """The inspector, fed with Ticks. ``request_names`` is called once (a session method)."""
+
+    def __init__(
+        self, request_names: Callable[[], None] | None = None, parent: QtWidgets.QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self._request_names = request_names
+        self._asked_generation: int | None = None
+        self._alarm_version = -1
+        self._next_alarms = -math.inf
+        self._inspector_seq = -1
+        self._generation: int | None = None
+        self._region = "obs"
+        self._frame: InspectorFrame | None = None
+        self.repaints = 0  # statistics repaints so far (tests count them)
+
+        # --- alarms
+        self.counts_label = QtWidgets.QLabel("no alarms")
+        self.counts_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.counts_label.setWordWrap(True)
+        self.counts_label.setToolTip(
+            "NaN and ±Inf values seen per region since the attach (lucky_nonfinite_total), values beyond the "
+            "threshold, and image-region findings"
+        )
+        self.alarm_list = QtWidgets.QListWidget()
+        self.alarm_list.setUniformItemSizes(True)
+        self.alarm_list.setMinimumHeight(90)
+        self.alarm_list.setToolTip("recent alarms, newest first: frame_seq, region, env, dim (name), kind")
+
+        # --- region and notes
+        self.region_combo = QtWidgets.QComboBox()
+        self.region_combo.addItems(["obs", "actions"])
+        self.region_combo.setToolTip("which region's statistics are shown")
+        self.region_combo.currentTextChanged.connect(self._on_region)
+        self.note_label = QtWidgets.QLabel("")
+        self.note_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.note_label.setWordWrap(True)
+        self.note_label.setStyleSheet(f"color: {pal.DIM};")
+
+        # --- plots: per-dim statistics and the heatmap
+        pg.setConfigOptions(antialias=False)
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setBackground(pal.CANVAS)
+        ci = self.graphics.ci
+        self.dim_plot: pg.PlotItem = ci.addPlot(row=0, col=0)
+        self.dim_plot.setTitle("per dim over envs: mean, ±std, min–max; selected envs", size="9pt")
+        self.dim_plot.showGrid(x=False, y=True, alpha=0.2)
+        self.dim_plot.setMouseEnabled(x=True, y=False)
+        self.dim_plot.hideButtons()
+        self.band_minmax = pg.FillBetweenItem(
+            pg.PlotDataItem(), pg.PlotDataItem(), brush=pg.mkBrush(pal.rgba(pal.BAND, 50))
+        )
+        self.band_std = pg.FillBetweenItem(
+            pg.PlotDataItem(), pg.PlotDataItem(), brush=pg.mkBrush(pal.rgba(pal.BAND, 110))
+        )
+        self.mean_curve = pg.PlotDataItem(pen=pg.mkPen(pal.MEAN, width=1.5))
+        self.dim_plot.addItem(self.band_minmax)
+        self.dim_plot.addItem(self.band_std)
+        self.bars: list[pg.BarGraphItem] = []
+        self.dim_plot.addItem(self.mean_curve)
+        self.heat_plot: pg.PlotItem = ci.addPlot(row=1, col=0)
+        self.heat_plot.setTitle("envs × dims (each dim to its own range; magenta: NaN/Inf)", size="9pt")
+        self.heat_plot.invertY(True)
+        self.heat_plot.setLabel("left", "env")
+        self.heat_plot.setMouseEnabled(x=False, y=False)
+        self.heat_plot.hideButtons()
+        self.heat_image = pg.ImageItem(axisOrder="row-major")
+        self.heat_plot.addItem(self.heat_image)
+        self.heat_plot.setXLink(self.dim_plot)
+        ci.layout.setRowStretchFactor(0, 1)
+        ci.layout.setRowStretchFactor(1, 1)
+
+        # --- table
+        self.table = QtWidgets.QTableWidget(0, 7)
+        self.table.setHorizontalHeaderLabels(["dim", "name", "mean", "std", "min", "max", "NaN/Inf"])
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setAlternatingRowColors(True)
+
+        self.tabs = QtWidgets.QTabWidget()
+        self.tabs.addTab(self.graphics, "plots")
+        self.tabs.addTab(self.table, "table")
+
+        head = QtWidgets.QHBoxLayout()
+        head.addWidget(QtWidgets.QLabel("region"))
+        head.addWidget(self.region_combo)
+        head.addWidget(self.note_label, 1)
+
+        top = QtWidgets.QWidget()
+        tl = QtWidgets.QVBoxLayout(top)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(self.counts_label)
+        tl.addWidget(self.alarm_list, 1)
+        bottom = QtWidgets.QWidget()
+        bl = QtWidgets.QVBoxLayout(bottom)
+        bl.setContentsMargins(0, 0, 0, 0)
+        bl.addLayout(head)
+        bl.addWidget(self.tabs, 1)
+        self.splitter = QtWidgets.QSplitter(Qt.Orientation.Vertical)
+        self.splitter.addWidget(top)
+        self.splitter.addWidget(bottom)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setSizes([180, 420])
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(self.splitter)
+
+    # ------------------------------------------------------------ input
+    def apply(self, tick: Tick) -> None:
+        """Show ``tick``'s alarms and inspector (repainting only what changed)."""
+        if tick.generation != self._generation:
+            self._generation = tick.generation
+            self._alarm_version = -1
+            self._next_alarms = -math.inf
+            self._inspector_seq = -1
+            self._frame = None
+            self.alarm_list.clear()
+            self._show_stats()
+        if (
+            self._request_names is not None
+            and tick.tools.ours
+            and tick.inspector is not None
+            and self._asked_generation != tick.generation
+        ):
+            self._asked_generation = tick.generation
+            self._request_names()
+        if tick.alarms.version != self._alarm_version and tick.t >= self._next_alarms:
+            self._alarm_version = tick.alarms.version
+            self._next_alarms = tick.t + ALARM_PERIOD_S
+            self._show_alarms(tick.alarms, tick.inspector)
+        insp = tick.inspector
+        seq = -1 if insp is None else insp.seq
+        if seq != self._inspector_seq:
+            self._inspector_seq = seq
+            self._frame = insp
+            self._show_stats()
+        elif insp is None and tick.header is None:
+            self.note_label.setText(tick.text)
+
+    def _on_region(self, region: str) -> None:
+        self._region = region
+        self._show_stats()
+
+    # ------------------------------------------------------------ alarms
+    def _show_alarms(self, alarms: AlarmState, insp: InspectorFrame | None) -> None:
+        nf = alarms.nonfinite_total
+        large = alarms.large_total
+        img = {k: v for k, v in alarms.image_total.items() if v}
+        parts = [f"NaN/Inf  obs {nf.get('obs', 0)} · actions {nf.get('actions', 0)} · rewards {nf.get('rewards', 0)}"]
+        if any(large.values()):
+            parts.append("large (|x| > " + f"{alarms.threshold:g}) " + " · ".join(f"{r} {large[r]}" for r in REGIONS))
+        if img:
+            parts.append("image  " + " · ".join(f"{k} {v}" for k, v in img.items()))
+        if alarms.image_note:
+            parts.append(alarms.image_note)
+        total = sum(nf.values()) + sum(large.values()) + sum(img.values())
+        self.counts_label.setText("\n".join(parts))
+        self.counts_label.setStyleSheet(f"color: {pal.BAD if total else pal.TEXT};")
+        names = {
+            "obs": insp.obs.names if insp is not None and insp.obs is not None else (),
+            "actions": insp.actions.names if insp is not None and insp.actions is not None else (),
+        }
+        self.alarm_list.setUpdatesEnabled(False)
+        self.alarm_list.clear()
+        for a in list(reversed(alarms.recent))[:MAX_LISTED]:
+            item = QtWidgets.QListWidgetItem(a.text(names.get(a.region, ())))
+            item.setForeground(QtGui.QColor(pal.BAD if a.kind in ("nan", "inf") else pal.WARN))
+            self.alarm_list.addItem(item)
+        self.alarm_list.setUpdatesEnabled(True)
+
+    @property
+    def alarm_lines(self) -> list[str]:
+        """The alarm list's lines, newest first (for tests and the README)."""
+        return [self.alarm_list.item(i).text() for i in range(self.alarm_list.count())]
+
+    # ------------------------------------------------------------ statistics
+    def _show_stats(self) -> None:
+        self.repaints += 1
+        insp = self._frame
+        stats = None
+        note = "no segment attached"
+        if insp is not None:
+            stats = insp.obs if self._region == "obs" else insp.actions
+            note = insp.obs_note if self._region == "obs" else insp.actions_note
+            if stats is not None:
+                src = f"frame {stats.frame_seq} · {stats.mean.shape[0]} dims · names: {insp.names_from}"
+                note = f"{src} · {note}" if note else src
+        self.note_label.setText(note)
+        if stats is None:
+            for item in (self.mean_curve,):
+                item.setData([], [])
+            self.band_minmax.curves[0].setData([], [])
+            self.band_minmax.curves[1].setData([], [])
+            self.band_std.curves[0].setData([], [])
+            self.band_std.curves[1].setData([], [])
+            for b in self.bars:
+                b.setOpts(x=[], height=[])
+            self.heat_image.clear()
+            self.table.setRowCount(0)
+            return
+        self._plot(stats)
+        self._fill_table(stats)
+
+    def _plot(self, s: RegionStats) -> None:
+        d = s.dims
+        x = np.arange(d, dtype=np.float64)
+        ok = np.isfinite(s.mean)
+        xs = x[ok]
+        self.mean_curve.setData(xs, s.mean[ok])
+        self.band_minmax.curves[0].setData(xs, s.min[ok])
+        self.band_minmax.curves[1].setData(xs, s.max[ok])
+        self.band_std.curves[0].setData(xs, (s.mean - s.std)[ok])
+        self.band_std.curves[1].setData(xs, (s.mean + s.std)[ok])
+        k = len(s.envs)
+        width = 0.8 / max(1, k)
+        while len(self.bars) < k:
+            colour = pal.ENV_COLOURS[len(self.bars) % len(pal.ENV_COLOURS)]
+            bar = pg.BarGraphItem(x=[], height=[], width=width, brush=pg.mkBrush(pal.rgba(colour, 200)), pen=None)
+            self.dim_plot.addItem(bar)
+            self.bars.append(bar)
+        for i, bar in enumerate(self.bars):
+            if i < k:
+                h = np.nan_to_num(s.selected[i].astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+                bar.setOpts(x=x - 0.4 + width * (i + 0.5), height=h, width=width)
+            else:
+                bar.setOpts(x=[], height=[])
+        axis = self.dim_plot.getAxis("bottom")
+        # Names under the axis only where they fit side by side (else indices; the table has the names).
+        longest = max((len(n) for n in s.names), default=1)
+        width = self.dim_plot.getViewBox().width()
+        if d <= MAX_TICK_NAMES and d * (7 * longest + 12) <= width:
+            axis.setTicks([[(i, s.names[i]) for i in range(d)]])
+        else:
+            axis.setTicks(None)
+        self.dim_plot.setXRange(-0.6, d - 0.4, padding=0)
+        rgb = heat_rgb(s)
+        self.heat_image.setImage(rgb, autoLevels=False)
+        rows = rgb.shape[0]
+        self.heat_image.setRect(QtCore.QRectF(-0.5, 0, d, rows * s.band))
+        self.heat_plot.setYRange(0, rows * s.band, padding=0)
+        legend = ", ".join(f"env {e}" for e in s.envs) if s.envs else "none (click a tile)"
+        self.dim_plot.setTitle(f"per dim over envs: mean, ±std, min–max; bars: {legend}", size="9pt")
+
+    def _fill_table(self, s: RegionStats) -> None:
+        d = min(s.dims, MAX_TABLE_DIMS)
+        t = self.table
+        t.setUpdatesEnabled(False)
+        t.setRowCount(d)
+        for i in range(d):
+            cells = (
+                str(i),
+                s.names[i],
+                _num(float(s.mean[i])),
+                _num(float(s.std[i])),
+                _num(float(s.min[i])),
+                _num(float(s.max[i])),
+                str(int(s.nonfinite[i])),
+            )
+            for j, text in enumerate(cells):
+                item = t.item(i, j)
+                if item is None:
+                    item = QtWidgets.QTableWidgetItem()
+                    t.setItem(i, j, item)
+                item.setText(text)
+                if j == 6:
+                    item.setForeground(QtGui.QColor(pal.BAD if s.nonfinite[i] else pal.TEXT))
+        t.setUpdatesEnabled(True)

@@ -1,0 +1,115 @@
+"""The inspector dock, the alarm indicator and the grid's badges (offscreen)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+from PySide6 import QtCore
+
+from lucky_monitor.core.inspector import AlarmScanner, region_stats
+from lucky_monitor.core.session import InspectorFrame
+from lucky_monitor.transport.shm import platform_kind
+from tests.ui.ticks import attached_tick, small_header
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_heatmap_scales_each_dim_to_its_range_and_marks_nan_bands_magenta() -> None:
+    from lucky_monitor.ui.inspector_view import BAD_RGB, heat_rgb
+
+    a = np.zeros((4, 3), np.float32)
+    a[:, 0] = [0, 1, 2, 3]
+    a[:, 1] = [1e6, 2e6, 3e6, 4e6]  # another scale: the same colours
+    a[2, 2] = np.nan
+    rgb = heat_rgb(region_stats("obs", 1, a))
+    assert rgb.shape == (4, 3, 3) and rgb.dtype == np.uint8
+    np.testing.assert_array_equal(rgb[:, 0], rgb[:, 1])
+    assert tuple(rgb[2, 2]) == BAD_RGB and tuple(rgb[0, 2]) != BAD_RGB
+    assert not np.array_equal(rgb[0, 0], rgb[3, 0])
+
+
+def frame_with(stats_seq: int, obs: np.ndarray) -> InspectorFrame:
+    st = region_stats("obs", stats_seq, obs, names=tuple(f"d{i}" for i in range(obs.shape[1])), selected=[1, 2])
+    return InspectorFrame(stats_seq, st, None, "", "no trainer attached: nobody writes actions", "GetAgentSchema", "")
+
+
+def test_view_of_hand_made_ticks_lists_alarms_newest_first_and_repaints_only_on_change(qtbot) -> None:
+    from lucky_monitor.ui.inspector_view import InspectorView
+
+    asked: list[int] = []
+    view = InspectorView(lambda: asked.append(1))
+    qtbot.addWidget(view)
+    view.resize(420, 700)
+    view.show()
+    sc = AlarmScanner()
+    obs = np.ones((8, 4), np.float32)
+    obs[5, 3] = np.nan
+    sc.check("obs", 10, obs)
+    rew = np.zeros(8, np.float32)
+    rew[7] = np.inf
+    sc.check("rewards", 11, rew)
+    h = small_header()
+    base = attached_tick(h)
+    tick = dataclasses.replace(base, alarms=sc.state(), inspector=frame_with(1, obs))
+    view.apply(tick)
+    assert view.alarm_lines == ["frame 11  rewards  env 7  inf", "frame 10  obs  env 5  dim 3 (d3)  nan"]
+    assert "obs 1" in view.counts_label.text() and "rewards 1" in view.counts_label.text()
+    assert view.table.rowCount() == 4 and view.table.item(3, 1).text() == "d3" and view.table.item(3, 6).text() == "1"
+    assert "names: GetAgentSchema" in view.note_label.text()
+    n = view.repaints
+    for _ in range(5):
+        view.apply(dataclasses.replace(tick, alarms=sc.state()))
+    assert view.repaints == n  # nothing changed: nothing repainted
+    view.apply(dataclasses.replace(tick, inspector=frame_with(2, obs)))
+    assert view.repaints == n + 1
+    view.region_combo.setCurrentText("actions")
+    assert "no trainer" in view.note_label.text() and view.table.rowCount() == 0
+    assert tick.tools.ours and asked == [1]  # asked once per attach, as the session holds the tools channel
+
+
+linux = pytest.mark.skipif(platform_kind() != "dir", reason="segments are exercised on Linux")
+
+
+@linux
+def test_window_shows_the_nan_and_inf_alarms_and_badges_a_constant_tile(qtbot, segment_factory, tmp_path) -> None:
+    from lucky_monitor.ui.main_window import MainWindow
+
+    seg = segment_factory(num_envs=8, obs_size=6, act_size=2, image=(8, 6, 3))
+    seg.set("engine_state", 1)
+    seg.obs[:] = 0.5
+    seg.obs[5, 3] = np.nan
+    seg.rewards[:] = 1.0
+    seg.rewards[7] = np.inf
+    images = np.random.default_rng(0).integers(0, 256, (8, 6, 8, 3), dtype=np.uint8)
+    images[0] = 0  # env 0's camera renders nothing
+    seg.set("image_seq", 1)
+    np.copyto(seg.images, images)
+    seg.set("image_frame_seq", 1)
+    seg.set("image_seq", 2)
+    seg.set("heartbeat_ns", time.monotonic_ns())
+    seg.set("frame_seq", 1)
+    beat = QtCore.QTimer()
+    beat.timeout.connect(lambda: seg.set("heartbeat_ns", time.monotonic_ns()))
+    beat.start(20)
+    settings = QtCore.QSettings(str(tmp_path / "s.ini"), QtCore.QSettings.Format.IniFormat)
+    win = MainWindow(seg.name, settings=settings, persist=False)
+    qtbot.addWidget(win)
+    win.resize(1400, 900)
+    win.show()
+    qtbot.waitExposed(win)
+    try:
+        qtbot.waitUntil(lambda: len(win.inspector.alarm_lines) >= 3, timeout=10000)
+        lines = win.inspector.alarm_lines
+        assert any(line.endswith("obs  env 5  dim 3 (3)  nan") for line in lines), lines
+        assert any(line.endswith("rewards  env 7  inf") for line in lines), lines
+        assert any("image  env 0  constant" in line for line in lines), lines
+        assert win.alarm_button.isVisible() and "alarm" in win.alarm_button.text()
+        assert win.grid.badges.shown == {0: ("constant",)}
+        win.show_inspector()
+        assert win.inspector.isVisible()
+    finally:
+        beat.stop()
+        win.close()
