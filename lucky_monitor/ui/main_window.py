@@ -111,7 +111,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._next_image = 0.0
         self._image_held = False  # a new image came while presentation was not due
         self._shown_meta: tuple[int, int, int] | None = None
-        self._shown_geometry: tuple[int, ...] | None = None
+        self._shown_geometry: tuple[float, ...] | None = None
         self._panel_rates: Rates | None = None
 
         # --- centre: images over plots
