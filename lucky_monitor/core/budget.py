@@ -82,7 +82,9 @@ class Rates:
         return f"images {self.images_hz:g} Hz · plots {self.plots_hz:g} Hz · panel {self.panel_hz:g} Hz"
 
 
-#: Rungs from the full rates to the floor (images ≥ 2 Hz, plots ≥ 1 Hz, panel ≥ 2 Hz).
+#: Rungs from the full rates to the floor (images ≥ 2 Hz, plots ≥ 0.5 Hz, panel ≥ 1 Hz). Every
+#: image is shown as long as plots and panels can give way: they are cut to a refresh every
+#: two seconds and every second before the first image is skipped.
 LADDER: tuple[Rates, ...] = (
     Rates(60, 10, 10),
     Rates(60, 5, 10),
@@ -90,11 +92,12 @@ LADDER: tuple[Rates, ...] = (
     Rates(60, 2, 5),
     Rates(60, 1, 5),
     Rates(60, 1, 2),
-    Rates(30, 1, 2),
-    Rates(20, 1, 2),
-    Rates(10, 1, 2),
-    Rates(5, 1, 2),
-    Rates(2, 1, 2),
+    Rates(60, 0.5, 1),
+    Rates(30, 0.5, 1),
+    Rates(20, 0.5, 1),
+    Rates(10, 0.5, 1),
+    Rates(5, 0.5, 1),
+    Rates(2, 0.5, 1),
 )
 
 

@@ -37,7 +37,7 @@ def changes(levels: list[int]) -> int:
 def test_the_ladder_goes_from_full_rates_to_the_floor():
     assert LADDER[0] == Rates(60, 10, 10)
     floor = LADDER[-1]
-    assert (floor.images_hz, floor.plots_hz, floor.panel_hz) == (2, 1, 2)
+    assert (floor.images_hz, floor.plots_hz, floor.panel_hz) == (2, 0.5, 1)
     for hi, lo in itertools.pairwise(LADDER):  # each rung paints no more of anything
         assert lo.images_hz <= hi.images_hz and lo.plots_hz <= hi.plots_hz and lo.panel_hz <= hi.panel_hz
         assert lo != hi

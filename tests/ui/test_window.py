@@ -280,7 +280,7 @@ def test_the_budget_thins_painting_never_polling(qtbot, engine, window):
     win = window(engine.name)
     wait_state(qtbot, win, LinkState.FREE_RUNNING)
     qtbot.waitUntil(lambda: win.stats.images_presented > 0, timeout=5000)
-    win.budget.level = len(LADDER) - 1  # the floor: images 2 Hz, plots 1 Hz, panel 2 Hz
+    win.budget.level = len(LADDER) - 1  # the floor: images 2 Hz, plots 0.5 Hz, panel 1 Hz
     win.budget.update = lambda now, cpu: False  # held there
     plots = []
     win.plots.update_view = lambda: plots.append(1)
