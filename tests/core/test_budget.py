@@ -60,11 +60,11 @@ def test_under_budget_nothing_changes():
 
 
 def test_over_budget_steps_down_to_the_first_rung_that_fits_and_stays():
-    cost = [30, 25, 20, 16, 13, 11, 9, 7, 5, 4, 3]  # % of a core at each rung
+    cost = [30, 25, 20, 16, 13, 11, 9, 7, 5, 4, 3, 2]  # % of a core at each rung
     b = CpuBudget(10)
     levels, t, cpu = run(b, lambda level, t: cost[level], 30)
     assert b.level == 6 and cost[6] <= 10 < cost[5]
-    assert b.rates == Rates(30, 1, 2)
+    assert b.rates == Rates(60, 0.5, 1)
     first = levels.index(6)
     assert first / 60 < 5  # gets there within seconds, not minutes
     levels, _, _ = run(b, lambda level, t: cost[level], 120, t, cpu)
@@ -104,7 +104,7 @@ def test_over_budget_at_the_floor_says_so():
     b = CpuBudget(10)
     run(b, lambda level, t: 25.0, 20)
     assert b.at_floor and b.over_budget
-    assert b.text().startswith("CPU 25 % of 10 % · images 2 Hz · plots 1 Hz · panel 2 Hz")
+    assert b.text().startswith("CPU 25 % of 10 % · images 2 Hz · plots 0.5 Hz · panel 1 Hz")
     assert "over budget" in b.text()
 
 
