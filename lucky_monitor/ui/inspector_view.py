@@ -90,6 +90,7 @@ class InspectorView(QtWidgets.QWidget):
         self._region = "obs"
         self._frame: InspectorFrame | None = None
         self.repaints = 0  # statistics repaints so far (tests count them)
+        self._stale = False  # statistics arrived while hidden: draw them when shown
 
         # --- alarms
         self.counts_label = QtWidgets.QLabel("no alarms")
@@ -211,9 +212,17 @@ class InspectorView(QtWidgets.QWidget):
         if seq != self._inspector_seq:
             self._inspector_seq = seq
             self._frame = insp
-            self._show_stats()
+            if self.isVisible():
+                self._show_stats()
+            else:  # a tab behind another: drawn when it comes to the front (showEvent)
+                self._stale = True
         elif insp is None and tick.header is None:
             self.note_label.setText(tick.text)
+
+    def showEvent(self, event: QtGui.QShowEvent) -> None:
+        super().showEvent(event)
+        if self._stale:
+            self._show_stats()
 
     def _on_region(self, region: str) -> None:
         self._region = region
@@ -253,6 +262,7 @@ class InspectorView(QtWidgets.QWidget):
 
     # ------------------------------------------------------------ statistics
     def _show_stats(self) -> None:
+        self._stale = False
         self.repaints += 1
         insp = self._frame
         stats = None

@@ -65,6 +65,12 @@ def test_view_of_hand_made_ticks_lists_alarms_newest_first_and_repaints_only_on_
     assert view.repaints == n  # nothing changed: nothing repainted
     view.apply(dataclasses.replace(tick, inspector=frame_with(2, obs)))
     assert view.repaints == n + 1
+    view.hide()  # a tab behind another: new statistics wait until it is shown
+    view.apply(dataclasses.replace(tick, inspector=frame_with(3, obs)))
+    view.apply(dataclasses.replace(tick, inspector=frame_with(4, obs)))
+    assert view.repaints == n + 1
+    view.show()
+    assert view.repaints == n + 2
     view.region_combo.setCurrentText("actions")
     assert "no trainer" in view.note_label.text() and view.table.rowCount() == 0
     assert tick.tools.ours and asked == [1]  # asked once per attach, as the session holds the tools channel
