@@ -273,14 +273,7 @@ def run_watch(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     name = args.name or os.environ.get("LUCKY_SHM_NAME") or None
     if name is not None:
         validate_name(name)
-    session = MonitorSession(
-        name,
-        tools=False,
-        images=False,
-        discover=False,
-        traffic=False,
-        allow_other_user=bool(getattr(args, "allow_other_user", False)),
-    )
+    session = MonitorSession.read_only(name, allow_other_user=bool(getattr(args, "allow_other_user", False)))
     watcher = Watcher(out or sys.stdout, json_lines=args.json, interval=args.interval)
     stop = {"now": False}
 

@@ -684,6 +684,15 @@ class MonitorSession:
     def closed(self) -> bool:
         return self._closed
 
+    @classmethod
+    def read_only(cls, name: str | None, *, allow_other_user: bool = False) -> MonitorSession:
+        """A session that writes nothing anywhere and copies no display grid: for the terminal views.
+
+        No tools channel, no display copies, no discovery, no traffic taps;
+        ``snapshot()`` and ``read_pixel()`` still read exact bytes.
+        """
+        return cls(name, tools=False, images=False, discover=False, traffic=False, allow_other_user=allow_other_user)
+
     def step(self, now: float | None = None) -> Tick:
         """Poll once and describe the result.
 

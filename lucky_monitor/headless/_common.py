@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from ..core.session import MonitorSession, Tick
-from ..protocol.errors import UnavailableError
+from ..protocol.errors import UnavailableError, UsageError
 
 __all__ = ["attach", "grid_columns", "require", "wait_for"]
 
@@ -62,3 +62,26 @@ def attach(session: MonitorSession, timeout_s: float) -> Tick:
     """Step until the session is attached to its segment; the first attached Tick."""
     name = session.name or "a live segment"
     return wait_for(session, lambda t: t.header is not None, timeout_s, f"could not attach to {name}")
+
+
+def image_target(session: MonitorSession, timeout_s: float, env: int | None, columns: int | None) -> tuple[Tick, int]:
+    """Attach and check ``--env`` / ``--cols`` against the segment: the first Tick and the grid's columns.
+
+    Raises
+    ------
+    UnavailableError
+        Not attached within ``timeout_s``, or the segment has no image region.
+    UsageError
+        ``env`` or ``columns`` out of range for this segment.
+    """
+    tick = attach(session, timeout_s)
+    h = tick.header
+    assert h is not None
+    if not h.has_images:
+        raise UnavailableError(f"{tick.name}: the segment has no image region (image_offset 0)")
+    n = h.num_envs
+    if env is not None and not 0 <= env < n:
+        raise UsageError(f"--env {env}: the segment has {n} envs (0..{n - 1})")
+    if columns is not None and not 1 <= columns <= n:
+        raise UsageError(f"--cols {columns}: must be 1..{n} for {n} envs")
+    return tick, grid_columns(n) if columns is None else columns

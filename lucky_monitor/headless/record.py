@@ -38,7 +38,7 @@ import numpy as np
 from ..core.outputs import check_output_path
 from ..core.session import MonitorSession
 from ..protocol.errors import LuckyMonitorError, UnavailableError, UsageError
-from ._common import attach, grid_columns, require
+from ._common import image_target, require
 
 __all__ = ["RecordStats", "add_record_arguments", "even_frame", "record", "run_record"]
 
@@ -128,17 +128,7 @@ def record(
     """
     import imageio_ffmpeg
 
-    tick = attach(session, timeout_s)
-    h = tick.header
-    assert h is not None
-    if not h.has_images:
-        raise UnavailableError(f"{tick.name}: the segment has no image region (image_offset 0)")
-    n = h.num_envs
-    if env is not None and not 0 <= env < n:
-        raise UsageError(f"--env {env}: the segment has {n} envs (0..{n - 1})")
-    if columns is not None and not 1 <= columns <= n:
-        raise UsageError(f"--cols {columns}: must be 1..{n} for {n} envs")
-    cols = grid_columns(n) if columns is None else columns
+    tick, cols = image_target(session, timeout_s, env, columns)
 
     def copy() -> np.ndarray | None:
         return session.snapshot(env, columns=None if env is not None else cols, gap=None if env is not None else 0)
@@ -241,14 +231,7 @@ def run_record(args: argparse.Namespace, name: str) -> int:
     require("tqdm", "record")
     from tqdm import tqdm
 
-    session = MonitorSession(
-        name,
-        tools=False,
-        images=False,
-        discover=False,
-        traffic=False,
-        allow_other_user=bool(getattr(args, "allow_other_user", False)),
-    )
+    session = MonitorSession.read_only(name, allow_other_user=bool(getattr(args, "allow_other_user", False)))
     total = None if args.seconds is None else max(1, round(args.seconds * args.fps))
     bar = tqdm(total=total, unit="frame", file=sys.stderr, disable=args.quiet, desc=f"recording {name}")
     try:

@@ -20,9 +20,9 @@ import numpy as np
 
 from ..core.outputs import check_output_path
 from ..core.session import MonitorSession
-from ..protocol.errors import UnavailableError, UsageError
+from ..protocol.errors import UsageError
 from ..sim.font import render_text
-from ._common import attach, grid_columns, wait_for
+from ._common import image_target, wait_for
 from .png import write_png
 
 __all__ = ["LABEL_GAP", "add_snapshot_arguments", "label_tiles", "run_snapshot", "take_snapshot"]
@@ -70,17 +70,7 @@ def take_snapshot(
     UnavailableError
         No image region, no image published, or no consistent copy within ``timeout_s``.
     """
-    tick = attach(session, timeout_s)
-    h = tick.header
-    assert h is not None
-    if not h.has_images:
-        raise UnavailableError(f"{tick.name}: the segment has no image region (image_offset 0)")
-    n = h.num_envs
-    if env is not None and not 0 <= env < n:
-        raise UsageError(f"--env {env}: the segment has {n} envs (0..{n - 1})")
-    if columns is not None and not 1 <= columns <= n:
-        raise UsageError(f"--cols {columns}: must be 1..{n} for {n} envs")
-    cols = grid_columns(n) if columns is None else columns
+    tick, cols = image_target(session, timeout_s, env, columns)
     gap = LABEL_GAP if labels else 0
     wait_for(
         session,
@@ -99,9 +89,10 @@ def take_snapshot(
     wait_for(session, copied, timeout_s, "no consistent copy of the images (the engine never paused writing them)")
     out = shot[0]
     if labels:
-        label_tiles(
-            out, 1 if env is not None else n, h.image_height, h.image_width, 1 if env is not None else cols, gap
-        )
+        h = tick.header
+        assert h is not None
+        n = 1 if env is not None else h.num_envs
+        label_tiles(out, n, h.image_height, h.image_width, 1 if env is not None else cols, gap)
     return out
 
 
@@ -110,14 +101,7 @@ def run_snapshot(args: argparse.Namespace, name: str) -> int:
     check_output_path(args.output, "-o", "snapshot.png")
     if not (args.timeout > 0):
         raise UsageError(f"--timeout {args.timeout}: must be a positive number of seconds")
-    session = MonitorSession(
-        name,
-        tools=False,
-        images=False,
-        discover=False,
-        traffic=False,
-        allow_other_user=bool(getattr(args, "allow_other_user", False)),
-    )
+    session = MonitorSession.read_only(name, allow_other_user=bool(getattr(args, "allow_other_user", False)))
     try:
         img = take_snapshot(session, env=args.env, columns=args.cols, labels=args.labels, timeout_s=args.timeout)
     finally:
