@@ -23,7 +23,6 @@ import argparse
 import datetime
 import json
 import math
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from .core.pacing import paced
 from .core.session import MonitorSession, Tick
 
 __all__ = ["JSON_KEYS", "Watcher", "add_watch_arguments", "run_watch"]
@@ -275,29 +275,9 @@ def run_watch(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         validate_name(name)
     session = MonitorSession.read_only(name, allow_other_user=bool(getattr(args, "allow_other_user", False)))
     watcher = Watcher(out or sys.stdout, json_lines=args.json, interval=args.interval)
-    stop = {"now": False}
-
-    def on_signal(*_: object) -> None:
-        stop["now"] = True
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    period = 1.0 / 60.0
-    t_end = None if args.seconds is None else time.monotonic() + args.seconds
     try:
-        next_t = time.monotonic()
-        while not stop["now"]:
-            now = time.monotonic()
-            if t_end is not None and now >= t_end:
-                break
+        for now in paced(60.0, args.seconds):
             watcher.feed(session.step(now))
-            next_t += period
-            delay = next_t - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            else:
-                next_t = time.monotonic()
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
         session.close()
     return 0

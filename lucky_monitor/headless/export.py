@@ -25,15 +25,14 @@ import contextlib
 import errno
 import ipaddress
 import math
-import signal
 import socket
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.fleet import Fleet, SegmentStats
+from ..core.pacing import paced
 from ..core.session import validate_name
 from ..protocol.errors import BusyError, UsageError
 from ._common import require
@@ -234,27 +233,10 @@ def run_export(args: argparse.Namespace) -> int:
     if not args.quiet:
         what = ", ".join(names) if names else f"every live {args.prefix}* segment"
         print(f"serving http://{shown}:{bound}/metrics for {what}", flush=True)
-    stop = {"now": False}
-
-    def on_signal(*_: object) -> None:
-        stop["now"] = True
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    period = 1.0 / args.poll_hz
-    t_end = None if args.seconds is None else time.monotonic() + args.seconds
     try:
-        next_t = time.monotonic()
-        while not stop["now"] and (t_end is None or time.monotonic() < t_end):
+        for _ in paced(args.poll_hz, args.seconds):
             fleet.step()
-            next_t += period
-            delay = next_t - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            else:
-                next_t = time.monotonic()
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
         with contextlib.suppress(Exception):
             server.shutdown()
             server.server_close()
