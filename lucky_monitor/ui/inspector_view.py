@@ -91,6 +91,7 @@ class InspectorView(QtWidgets.QWidget):
         self._frame: InspectorFrame | None = None
         self.repaints = 0  # statistics repaints so far (tests count them)
         self._stale = False  # statistics arrived while hidden: draw them when shown
+        self._on_screen = True  # see set_on_screen
 
         # --- alarms
         self.counts_label = QtWidgets.QLabel("no alarms")
@@ -212,16 +213,26 @@ class InspectorView(QtWidgets.QWidget):
         if seq != self._inspector_seq:
             self._inspector_seq = seq
             self._frame = insp
-            if self.isVisible():
+            if self._on_screen and self.isVisible():
                 self._show_stats()
-            else:  # a tab behind another: drawn when it comes to the front (showEvent)
+            else:  # hidden, or a dock tab behind another: drawn when it comes to the front
                 self._stale = True
         elif insp is None and tick.header is None:
             self.note_label.setText(tick.text)
 
     def showEvent(self, event: QtGui.QShowEvent) -> None:
         super().showEvent(event)
-        if self._stale:
+        if self._stale and self._on_screen:
+            self._show_stats()
+
+    def set_on_screen(self, on_screen: bool) -> None:
+        """Whether the view can be seen (a dock tab behind another is "visible" to Qt but not on screen).
+
+        Connected to its dock's ``visibilityChanged``; statistics that arrive
+        while it is off screen are drawn when it comes back.
+        """
+        self._on_screen = bool(on_screen)
+        if self._on_screen and self._stale and self.isVisible():
             self._show_stats()
 
     def _on_region(self, region: str) -> None:

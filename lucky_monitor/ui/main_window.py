@@ -153,6 +153,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.inspector = InspectorView(self.session.request_names)
         self.inspector_dock = self._dock("Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea)
         self.tabifyDockWidget(traffic_dock, self.inspector_dock)
+        self.inspector_dock.visibilityChanged.connect(self.inspector.set_on_screen)  # a tab behind: no drawing
         traffic_dock.raise_()
 
         # --- status bar: the state, large, in its colour

@@ -71,6 +71,11 @@ def test_view_of_hand_made_ticks_lists_alarms_newest_first_and_repaints_only_on_
     assert view.repaints == n + 1
     view.show()
     assert view.repaints == n + 2
+    view.set_on_screen(False)  # its dock tab went behind another: still "visible" to Qt, not drawn
+    view.apply(dataclasses.replace(tick, inspector=frame_with(5, obs)))
+    assert view.repaints == n + 2
+    view.set_on_screen(True)
+    assert view.repaints == n + 3
     view.region_combo.setCurrentText("actions")
     assert "no trainer" in view.note_label.text() and view.table.rowCount() == 0
     assert tick.tools.ours and asked == [1]  # asked once per attach, as the session holds the tools channel
