@@ -182,11 +182,17 @@ class _EnvLabels(QtWidgets.QGraphicsItem):
                     text = QtGui.QStaticText(str(env))
                     text.prepare(QtGui.QTransform(), self._font)
                     self._texts[env] = text
-                # the tile's top-left corner, kept inside the view for tiles cut by its edge
-                corner = tr.map(QtCore.QPointF(max(col * pitch_x, r.left()), max(row * pitch_y, r.top())))
+                # the tile's bottom-left corner (kept inside the view for tiles cut by its edge): clear of
+                # an index the engine may draw into the image's top-left, so the two can be compared
+                corner = tr.map(
+                    QtCore.QPointF(max(col * pitch_x, r.left()), min(row * pitch_y + t.height, r.bottom()))
+                )
                 size = text.size()
-                painter.fillRect(QtCore.QRectF(corner.x(), corner.y(), size.width() + 4, size.height() + 2), self._bg)
-                painter.drawStaticText(QtCore.QPointF(corner.x() + 2, corner.y() + 1), text)
+                y = corner.y() - size.height() - 2
+                if y < tr.map(QtCore.QPointF(0, max(row * pitch_y, r.top()))).y():
+                    continue  # too little of the tile in view to hold its label
+                painter.fillRect(QtCore.QRectF(corner.x(), y, size.width() + 4, size.height() + 2), self._bg)
+                painter.drawStaticText(QtCore.QPointF(corner.x() + 2, y + 1), text)
                 drawn += 1
         painter.restore()
         self.last_drawn = drawn
