@@ -144,6 +144,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.draw_form = make_quick_widget(self.backend, "DebugDraw", self)
         # The form's own width: a narrower dock would clip its fields.
         self.draw_form.setMinimumWidth(max(320, int(self.draw_form.rootObject().implicitWidth())))
+        # ... and height: on a smaller window the traffic table below gives way, not the form's buttons
+        self.draw_form.setMinimumHeight(int(self.draw_form.rootObject().implicitHeight()))
         self.traffic = TrafficView()
         self._dock("RPC panel", self.panel, Qt.DockWidgetArea.LeftDockWidgetArea)
         self._draw_dock = self._dock("Debug draw", self.draw_form, Qt.DockWidgetArea.RightDockWidgetArea)

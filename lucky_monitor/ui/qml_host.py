@@ -39,7 +39,7 @@ import re
 from pathlib import Path
 
 from PySide6.QtCore import QUrl
-from PySide6.QtGui import QGuiApplication, QOffscreenSurface, QOpenGLContext
+from PySide6.QtGui import QColor, QGuiApplication, QOffscreenSurface, QOpenGLContext
 from PySide6.QtQml import QQmlError
 from PySide6.QtQuick import QQuickWindow, QSGRendererInterface
 from PySide6.QtQuickControls2 import QQuickStyle
@@ -47,6 +47,7 @@ from PySide6.QtQuickWidgets import QQuickWidget
 from PySide6.QtWidgets import QWidget
 
 from ..protocol.errors import LuckyMonitorError
+from . import palette as pal
 from .backend import MonitorBackend  # registers LuckyMonitor.Backend/MonitorBackend
 from .palette import Palette  # registers LuckyMonitor.Backend/Palette
 
@@ -220,6 +221,7 @@ def make_quick_widget(backend: MonitorBackend, component: str, parent: QWidget |
 
     widget.quickWindow().afterRendering.connect(count)
     widget.setResizeMode(QQuickWidget.ResizeMode.SizeRootObjectToView)
+    widget.setClearColor(QColor(pal.WINDOW))  # any area the scene has not drawn yet: the window's colour, not white
     engine = widget.engine()
     engine.addImportPath(str(root))
     widget.setInitialProperties({"backend": backend})
