@@ -378,7 +378,7 @@ def _derived(seg: Any) -> dict[str, Any]:
         "image_bytes_per_env": h.image_bytes_per_env if h.has_images else 0,
         "heartbeat_age_s": heartbeat_age(h.heartbeat_ns),
         "session_id_hex": f"{h.session_id:016x}",
-        "reserved_nonzero": [list(r) for r in hdr.is_zero_reserved(seg.buf[:HEADER_SIZE])],
+        "reserved_nonzero": [list(r) for r in hdr.is_zero_reserved(seg.pread(0, HEADER_SIZE))],
         "tools_owner_pid": owner,
         "tools_owner_alive": (pid_alive(owner) if owner else None),
         "regions": [_region_dict(r) for r in sorted(h.regions(), key=lambda r: r.offset)],
@@ -689,7 +689,7 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     from .protocol.errors import EnvelopeError
     from .protocol.messages import MethodId
     from .transport.shm import Segment
-    from .transport.tools import ToolsChannel
+    from .transport.tools_agent import claim_tools
 
     # Text is parsed and range-checked under the option's name; the builder applies the same rules.
     if args.kind == "line":
@@ -720,7 +720,7 @@ def _cmd_draw(args: argparse.Namespace) -> int:
         raise UsageError(f"draw: {str(exc).removeprefix('cannot encode envelope: ')}") from None
     with (
         Segment.attach(args.name, allow_other_user=args.allow_other_user) as seg,
-        ToolsChannel.claim(seg, allow_other_user=args.allow_other_user) as channel,
+        claim_tools(seg, allow_other_user=args.allow_other_user) as channel,
     ):
         resp, rtt = CommandClient(channel, timeout_s=args.timeout).request(MethodId.DrawReq, req)
     ok = getattr(resp.payload, "success", False)

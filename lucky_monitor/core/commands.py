@@ -10,6 +10,7 @@ blocks (CLI use) with a timeout.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from ..protocol.messages import MethodId, method_name
 
 if TYPE_CHECKING:
     from ..transport.tools import ToolsChannel
+    from ..transport.tools_agent import ToolsAgent
 
 
 @dataclass(frozen=True)
@@ -50,13 +52,17 @@ class CommandClient:
     Parameters
     ----------
     channel
-        A claimed ``ToolsChannel`` (``c2s`` writer, ``s2c`` reader).
+        A claimed ``ToolsChannel`` or ``ToolsAgent`` (``c2s`` writer, ``s2c`` reader).
     timeout_s
         Pending requests older than this are reported as timed out.
     """
 
     def __init__(
-        self, channel: ToolsChannel, *, timeout_s: float = 2.0, clock: Callable[[], float] = time.perf_counter
+        self,
+        channel: ToolsChannel | ToolsAgent,
+        *,
+        timeout_s: float = 2.0,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.channel = channel
         self.timeout_s = timeout_s
@@ -64,6 +70,7 @@ class CommandClient:
         # High 16 bits: our pid, so ids of two monitors never collide in a traffic log.
         self._next_id = ((os.getpid() & 0xFFFF) << 32) | 1
         self._pending: dict[int, tuple[int, float]] = {}
+        self._next_idle_poll = -math.inf
         self.corrupt_events = 0
 
     @property
@@ -133,10 +140,18 @@ class CommandClient:
             out.append(bytes(raw))
         return out
 
+    #: With no request in flight, look at the reply ring this often (a reply nobody waits for is
+    #: only logged; through a :class:`~lucky_monitor.transport.tools_agent.ToolsAgent` each look
+    #: is a pipe round trip).
+    IDLE_POLL_S = 0.25
+
     def poll(self) -> list[Reply]:
         """Collect every reply that has arrived and every request that timed out."""
         now = self.clock()
         out: list[Reply] = []
+        if not self._pending and now < self._next_idle_poll:
+            return out
+        self._next_idle_poll = now + self.IDLE_POLL_S
         while True:
             try:
                 raw = self.channel.s2c.pop()

@@ -128,7 +128,7 @@ class Subject:
     @cached_property
     def gap(self) -> tuple[int, int, int]:
         """``(client_pid, frame_seq, action_seq)`` read so that ``frame_seq`` did not move in between."""
-        c = self.seg.counter
+        c = self.seg.read_counter
         f = c("frame_seq")
         a = c("action_seq")
         for _ in range(100):
@@ -343,8 +343,8 @@ def _heartbeat(s: Subject, _: str) -> Outcome:
     h = s.header
     if not h.session_id:
         return NA, "no extension block (session_id 0): liveness from server_pid only"
-    hb = s.seg.counter("heartbeat_ns")
-    state = s.seg.counter("engine_state")
+    hb = s.seg.read_counter("heartbeat_ns")
+    state = s.seg.read_counter("engine_state")
     if state == EngineState.INITIALISING and not hb:
         return NA, "engine initialising: heartbeat_ns may still be 0"
     if not hb:
@@ -363,10 +363,10 @@ def _heartbeat(s: Subject, _: str) -> Outcome:
 
 def _image_seq_even(s: Subject, _: str) -> Outcome:
     deadline = time.monotonic() + s.image_wait_s
-    seq = s.seg.counter("image_seq")
+    seq = s.seg.read_counter("image_seq")
     while seq & 1 and time.monotonic() < deadline:
         time.sleep(0.001)
-        seq = s.seg.counter("image_seq")
+        seq = s.seg.read_counter("image_seq")
     return (FAIL if seq & 1 else PASS), (
         f"image_seq {seq}" + (f" stayed odd for {s.image_wait_s:g} s" if seq & 1 else "")
     )

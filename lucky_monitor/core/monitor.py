@@ -6,6 +6,13 @@ loads, at most one guarded copy of the hot arrays and at most one guarded copy
 of the image region, into buffers allocated once per attach. It never writes a
 byte of the segment.
 
+It never loads a byte through the segment's mapping either: every read (live
+fields, hot arrays, images) is a ``pread`` on the segment's descriptor
+(:meth:`~lucky_monitor.transport.shm.Segment.pread_into`). A segment truncated
+in the middle of a poll then gives a short read, reported as ``SegmentGone``
+("segment shrank"), where a load from the mapping would be a ``SIGBUS`` that
+kills the process.
+
 Link states (``LinkState``) are what a researcher needs to read at a glance:
 whether there is a segment at all, whether the engine lives, whether a trainer
 drives it in lock-step and whose turn is holding things up.
@@ -122,7 +129,10 @@ class Counters:
     late_polls: int = 0  # polls that came later than 1.5 poll periods after the previous one
 
 
-ImageSink = Callable[[np.ndarray], object]
+#: Called under the image seqlock with the attached segment; copies what it needs through
+#: :meth:`~lucky_monitor.transport.shm.Segment.read_images` (never from the mapping) and raises
+#: :class:`~lucky_monitor.protocol.errors.SegmentGone` when a read comes back short.
+ImageSink = Callable[[Segment], object]
 
 #: The inspector copies the obs (and act) region only up to this size: a header may describe 1 GiB of obs.
 INSPECT_MAX_BYTES = 64 * 1024 * 1024
@@ -158,9 +168,10 @@ class MonitorCore:
     name
         Segment name. ``None`` follows the newest live ``prefix*`` segment.
     image_sink
-        Called under the image seqlock with the read-only ``(n, h, w, c)``
-        view; must copy it into a buffer the caller owns (the UI's tiler).
-        ``None`` copies into :attr:`images`.
+        Called under the image seqlock with the attached segment; copies the
+        pixels it needs into buffers the caller owns (the UI's tiler) through
+        the segment's ``read_*`` methods. ``None`` copies the whole region
+        into :attr:`images`.
     stall_after
         Seconds without a heartbeat change (or a frame, with a trainer
         attached) before the link is reported stalled.
@@ -316,7 +327,7 @@ class MonitorCore:
             else None,
             heartbeat_changed_at=now - self._initial_heartbeat_age(seg),
             frame_changed_at=now,
-            last_heartbeat=seg.counter("heartbeat_ns"),
+            last_heartbeat=seg.read_counter("heartbeat_ns"),
         )
         if seg.images is not None and self.image_sink is None:
             self.images = np.zeros(seg.images.shape, np.uint8)
@@ -341,7 +352,7 @@ class MonitorCore:
         """
         if self.clock is not time.monotonic:
             return 0.0
-        hb = seg.counter("heartbeat_ns")
+        hb = seg.read_counter("heartbeat_ns")
         if not hb:
             return 0.0
         age = (time.monotonic_ns() - hb) / 1e9
@@ -360,9 +371,9 @@ class MonitorCore:
         self._next_try = now  # look for a successor at once
         self._set(LinkState.ENGINE_EXITED, "engine exited", reason)
 
-    def _copy_images(self, src: np.ndarray) -> None:
+    def _copy_images(self, seg: Segment) -> None:
         assert self.images is not None
-        np.copyto(self.images, src)
+        seg.read_images(self.images)
 
     def _poll_attached(self, now: float) -> Frame | None:
         att = self._att
@@ -373,7 +384,7 @@ class MonitorCore:
             self._lost(reason, now)
             return None
         h = att.header
-        counter = seg.counter
+        counter = seg.read_counter
         if now - att.pids_checked_at >= self.PID_CHECK_S:
             att.pids_checked_at = now
             att.server_alive = pid_alive(h.server_pid)
@@ -387,7 +398,7 @@ class MonitorCore:
         self._last_poll = now
 
         # Every live field, read once for this poll: what the views show is this one reading.
-        live = seg.live()
+        live = seg.read_live()
         self.live = live
         frame_seq, action_seq, client_pid = live.frame_seq, live.action_seq, live.client_pid
         if live.heartbeat_ns != att.last_heartbeat:
@@ -431,8 +442,7 @@ class MonitorCore:
         want_images = self.copy_images and (image_seq != att.last_image_seq or self._force_images)
         if seg.images is not None and want_images:
             sink = self.image_sink or self._copy_images
-            images = seg.images
-            r = seqlock_read(lambda: counter("image_seq"), lambda: sink(images))
+            r = seqlock_read(lambda: counter("image_seq"), lambda: sink(seg))
             self.counters.torn_images += r.torn
             if r.ok:
                 self._force_images = False
@@ -480,13 +490,13 @@ class MonitorCore:
 
     @staticmethod
     def _copy_hot(att: _Attached) -> None:
-        seg = att.seg
-        np.copyto(att.rewards, seg.rewards)
-        np.copyto(att.dones, seg.dones, casting="unsafe")
-        if att.truncateds is not None and seg.truncateds is not None:
-            np.copyto(att.truncateds, seg.truncateds, casting="unsafe")
+        seg, h = att.seg, att.header
+        seg.read_region(h.rewards_offset, att.rewards)
+        seg.read_region(h.dones_offset, att.dones)
+        if att.truncateds is not None and h.truncateds_offset:
+            seg.read_region(h.truncateds_offset, att.truncateds)
         if att.obs is not None:
-            np.copyto(att.obs, seg.obs)
+            seg.read_region(h.obs_offset, att.obs)
 
     def _update_rates(self, att: _Attached, now: float) -> None:
         samples = att.samples

@@ -326,8 +326,8 @@ class LiveProbe:
         self.seconds = seconds
         self.deadline_s = deadline_s
         self.clock = clock
-        self.found_services = seg.counter("services_enabled")
-        self.found_sim = seg.counter("sim_mode")
+        self.found_services = seg.read_counter("services_enabled")
+        self.found_sim = seg.read_counter("sim_mode")
         self.requests: list[Exchange] = []
         self.unknown: tuple[Exchange, Exchange] | None = None
         self.malformed: tuple[Exchange, Exchange] | None = None
@@ -341,7 +341,7 @@ class LiveProbe:
         return bool(self.h.services_available >> bit & 1)
 
     def _enabled(self, bit: int) -> bool:
-        return bool(self.seg.counter("services_enabled") >> bit & 1)
+        return bool(self.seg.read_counter("services_enabled") >> bit & 1)
 
     def _set_service(self, bit: int, on: bool) -> Exchange:
         ex = self.t.send(
@@ -445,7 +445,7 @@ class LiveProbe:
             self.images = (NA, "neither Camera nor Viewport is available")
             return
         names = " and ".join(Service(b).label for b in bits)
-        c = self.seg.counter
+        c = self.seg.read_counter
         # First, are images being published at all (a stopped camera stream publishes none)?
         s_pre, f_pre, t_pre = c("image_seq"), c("frame_seq"), self.clock()
         limit = max(self.deadline_s, 2.0)
@@ -508,7 +508,7 @@ class LiveProbe:
         from ..transport.discovery import pid_alive
 
         s = self.samples
-        c = self.seg.counter
+        c = self.seg.read_counter
         cap_of = {}
         t0 = self.clock()
         hb_prev = c("heartbeat_ns")
@@ -625,7 +625,7 @@ class LiveProbe:
                     self.restore_problems.append(
                         f"SetServiceEnabled({Service(bit).label}, {'on' if want else 'off'}): {_err(ex)}"
                     )
-        if self.seg.counter("sim_mode") != self.found_sim and SimMode.get(self.found_sim) is not None:
+        if self.seg.read_counter("sim_mode") != self.found_sim and SimMode.get(self.found_sim) is not None:
             ex = self.t.send(
                 "SetSimulationMode (restore)",
                 m.MethodId.SetSimulationModeReq,
@@ -939,7 +939,7 @@ def run_live_probe(
 
 def _as_found(probe: LiveProbe, seg: Segment, owner: int, me: int) -> tuple[str, str]:
     problems = list(probe.restore_problems)
-    now_services, now_sim = seg.counter("services_enabled"), seg.counter("sim_mode")
+    now_services, now_sim = seg.read_counter("services_enabled"), seg.read_counter("sim_mode")
     if now_services != probe.found_services:
         problems.append(f"services_enabled 0x{now_services:02X}, found 0x{probe.found_services:02X}")
     if now_sim != probe.found_sim:

@@ -65,6 +65,7 @@ __all__ = [
     "GridGeometry",
     "Tiler",
     "TilerError",
+    "shrink_tiles",
     "source_format",
 ]
 
@@ -313,6 +314,19 @@ def _sample(block: np.ndarray, h: int, w: int, scratch: _Scratch | None = None) 
     out8 = ws.get("out", (*lead, h, w, c), np.uint8)
     np.copyto(out8, acc16.reshape(*lead, h, w, c), casting="unsafe")
     return out8
+
+
+_SHRINK_SCRATCH = _Scratch()
+
+
+def shrink_tiles(block: np.ndarray, h: int, w: int) -> np.ndarray:
+    """The downscale :meth:`Tiler.tile` applies, on its own: ``(..., H, W, c)`` to ``(..., h, w, c)``.
+
+    For a caller that places the tiles itself, a chunk of envs at a time (the
+    session's ``pread`` path, the image-sampling helper process). The result
+    is overwritten by the next call in this process: copy it out first.
+    """
+    return _sample(block, h, w, _SHRINK_SCRATCH)
 
 
 class Tiler:

@@ -137,7 +137,10 @@ class TrafficLog:
     Parameters
     ----------
     segment
-        An attached read-only segment (``header`` and ``buf``).
+        An attached read-only segment: its rings are read through
+        ``segment.ring_source`` (``pread``, never the mapping; a read that
+        comes back short raises ``SegmentGone`` from :meth:`poll`). An object
+        with only ``header`` and ``buf`` is tapped through ``buf``.
     capacity : int
         Entries kept.
     max_per_ring : int
@@ -155,17 +158,24 @@ class TrafficLog:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         h = segment.header
-        buf = segment.buf
+        buf = getattr(segment, "buf", None)
+        ring_source = getattr(segment, "ring_source", None)  # an attached Segment: read through its fd
+
+        def tap(offset: int, size: int) -> RingTap:
+            if ring_source is not None:
+                return RingTap(None, offset, size, source=ring_source(offset, size))
+            return RingTap(buf, offset, size)
+
         self.clock = clock
         self.max_per_ring = max_per_ring
         self.entries: collections.deque[TrafficEntry] = collections.deque(maxlen=capacity)
         self.taps: dict[tuple[str, str], RingTap] = {
-            ("main", "c2s"): RingTap(buf, h.cmd_c2s_offset, h.cmd_ring_size),
-            ("main", "s2c"): RingTap(buf, h.cmd_s2c_offset, h.cmd_ring_size),
+            ("main", "c2s"): tap(h.cmd_c2s_offset, h.cmd_ring_size),
+            ("main", "s2c"): tap(h.cmd_s2c_offset, h.cmd_ring_size),
         }
         if h.tools_offset:
-            self.taps[("tools", "c2s")] = RingTap(buf, h.tools_c2s_offset, h.tools_ring_size)
-            self.taps[("tools", "s2c")] = RingTap(buf, h.tools_s2c_offset, h.tools_ring_size)
+            self.taps[("tools", "c2s")] = tap(h.tools_c2s_offset, h.tools_ring_size)
+            self.taps[("tools", "s2c")] = tap(h.tools_s2c_offset, h.tools_ring_size)
         #: Per ring, keyed like :data:`DIRECTIONS`; readable at any time.
         self.stats: dict[tuple[str, str], TapStats] = {k: TapStats() for k in self.taps}
         self._requests: dict[tuple[str, int], int] = {}  # (pair, correlation id) -> request sent_ns

@@ -70,8 +70,9 @@ from __future__ import annotations
 
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import MessageTooLarge, RingCorrupt, RingError, RingFull
 from .header import MAX_RING, MIN_RING, RING_HEADER
@@ -80,6 +81,7 @@ __all__ = [
     "MARKER",
     "RING_HEADER",
     "RingReader",
+    "RingSource",
     "RingTap",
     "RingWriter",
     "TapResult",
@@ -134,13 +136,20 @@ def init_ring(buf: Any, offset: int) -> None:
 class _Ring:
     """Views shared by the three roles: the position pair and the data area."""
 
-    def __init__(self, buf: Any, offset: int, capacity: int, *, writable: bool) -> None:
+    def _geometry(self, offset: int, capacity: int) -> None:
         if capacity < MIN_RING or capacity > MAX_RING or capacity & (capacity - 1):
             raise RingError(f"ring capacity {capacity} must be a power of two in {MIN_RING}..{MAX_RING}")
         if offset < 0 or offset % 8:
             raise RingError(f"ring offset {offset} must be a non-negative multiple of 8")
         if sys.byteorder != "little":  # pragma: no cover - every supported host is little-endian
             raise RingError("LRBC rings need a little-endian host")
+        self.offset = offset
+        self.capacity = capacity
+        self._mask = capacity - 1
+        self._maxp = max_payload(capacity)
+
+    def __init__(self, buf: Any, offset: int, capacity: int, *, writable: bool) -> None:
+        self._geometry(offset, capacity)
         outer = memoryview(buf)
         mv = outer.cast("B") if outer.format != "B" or outer.ndim != 1 else outer
         end = offset + RING_HEADER + capacity
@@ -150,10 +159,6 @@ class _Ring:
             )
         if writable and mv.readonly:
             raise RingError(f"ring at offset {offset}: buffer is read-only")
-        self.offset = offset
-        self.capacity = capacity
-        self._mask = capacity - 1
-        self._maxp = max_payload(capacity)
         self._views = (outer, mv)
         self._pos = mv[offset : offset + RING_HEADER].cast("I")  # [0] write_pos, [1] read_pos
         self._data = mv[offset + RING_HEADER : end]
@@ -441,6 +446,25 @@ def _snapshot(src: memoryview, dst: memoryview, idx: int, n: int) -> None:
         dst[: end - cap] = src[: end - cap]
 
 
+class RingSource(Protocol):
+    """Where a :class:`RingTap` reads a ring from when it is not a buffer it may load from directly.
+
+    A monitor reads a segment through ``pread`` on its descriptor rather than
+    through the mapping (a load from a mapping of a file that shrank is a
+    ``SIGBUS``); the transport layer implements this over that descriptor.
+    Each call reads the segment *now*, so the tap keeps its order of loads.
+    Either method may raise (e.g. the segment shrank); the tap lets it through.
+    """
+
+    def load(self, word: int) -> int:
+        """The ring's ``write_pos`` (``word`` 0) or ``read_pos`` (``word`` 1), loaded now."""
+        ...
+
+    def fill(self, dst: memoryview, idx: int, n: int) -> None:
+        """Copy ``n`` data bytes from data index ``idx`` (wrapping at the capacity) into ``dst`` at the same indices."""
+        ...
+
+
 class RingTap(_Ring):
     """Passive reader of a ring it does not own; never writes a byte.
 
@@ -456,6 +480,9 @@ class RingTap(_Ring):
     start
         Initial cursor. Default: the current ``write_pos`` (only new traffic).
         The ring's ``read_pos`` also shows what the consumer has not taken yet.
+    source
+        Read the positions and data through this :class:`RingSource` instead
+        of loading them from ``buf`` (which is then ignored and may be ``None``).
 
     Raises
     ------
@@ -463,15 +490,50 @@ class RingTap(_Ring):
         Bad capacity or offset, ring outside the buffer.
     """
 
-    def __init__(self, buf: Any, offset: int, capacity: int, start: int | None = None) -> None:
-        super().__init__(buf, offset, capacity, writable=False)
-        self._cursor = self._pos[0] if start is None else start & _M32
+    def __init__(
+        self, buf: Any, offset: int, capacity: int, start: int | None = None, *, source: RingSource | None = None
+    ) -> None:
+        if source is None:
+            super().__init__(buf, offset, capacity, writable=False)
+            pos, data = self._pos, self._data
+            self._load: Callable[[int], int] = pos.__getitem__
+
+            def fill(dst: memoryview, idx: int, n: int) -> None:
+                _snapshot(data, dst, idx, n)
+
+            self._fill: Callable[[memoryview, int, int], None] = fill
+        else:
+            self._geometry(offset, capacity)  # no views: positions and data come from the source
+            self._load = source.load
+            self._fill = source.fill
+        self._source = source
+        self._cursor = self._load(0) if start is None else start & _M32
         self._copy: memoryview | None = None  # private image of the data area, made on first use
 
     @property
     def cursor(self) -> int:
         """Position of the next entry the tap will decode."""
         return self._cursor
+
+    @property
+    def write_pos(self) -> int:
+        """``write_pos`` as stored now."""
+        return self._load(0)
+
+    @property
+    def read_pos(self) -> int:
+        """``read_pos`` as stored now."""
+        return self._load(1)
+
+    @property
+    def used(self) -> int:
+        """Bytes between ``read_pos`` and ``write_pos`` now (above capacity only if corrupt)."""
+        return (self._load(0) - self._load(1)) & _M32
+
+    def release(self) -> None:
+        """Drop the views into the buffer (none with a source). Idempotent."""
+        if self._source is None:
+            super().release()
 
     def poll(self, max_messages: int | None = None) -> TapResult:
         """Return what was published since the last poll (at most ``max_messages`` entries).
@@ -489,9 +551,9 @@ class RingTap(_Ring):
         limit = _limit(max_messages)
         if limit == 0:
             return TapResult()
-        pos = self._pos
+        load = self._load
         c = self._cursor
-        w = pos[0]
+        w = load(0)
         if w == c:
             return TapResult()
         avail = (w - c) & _M32
@@ -501,9 +563,9 @@ class RingTap(_Ring):
         copy = self._copy
         if copy is None:
             copy = self._copy = memoryview(bytearray(cap))
-        _snapshot(self._data, copy, c & self._mask, avail)
-        r2 = pos[1]
-        w2 = pos[0]
+        self._fill(copy, c & self._mask, avail)
+        r2 = load(1)
+        w2 = load(0)
         ahead = (w2 - c) & _M32
         if ahead < avail or ahead > _HALF32 or w2 & 7:
             return self._jump(c, w2)

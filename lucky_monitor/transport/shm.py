@@ -63,7 +63,7 @@ import stat
 import struct
 import sys
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 import atomics
 import numpy as np
@@ -468,6 +468,27 @@ def peek_header(name: str) -> tuple[bytes, int, float]:
 
 
 Live = hdr.LiveFields  # all live header fields read at (nearly) one instant
+_U32 = struct.Struct("<I")
+#: ``pread`` works on the segment's descriptor (Linux ``/dev/shm`` files); elsewhere copies go through the mapping.
+_PREAD_OK = platform_kind() == "dir" and hasattr(os, "preadv")
+
+
+def _live_struct() -> struct.Struct:
+    """One struct over the header's first bytes that unpacks exactly :data:`LIVE_FIELDS`, in order."""
+    fields = sorted((hdr.OFFSET[f], hdr.CODE[f], f) for f in LIVE_FIELDS)
+    if [f for _, _, f in fields] != list(LIVE_FIELDS):  # pragma: no cover - a layout edit would trip this
+        raise AssertionError("LIVE_FIELDS must be listed in offset order")
+    fmt, pos = "<", 0
+    for off, code, _ in fields:
+        if off > pos:
+            fmt += f"{off - pos}x"
+        fmt += code
+        pos = off + struct.calcsize("<" + code)
+    return struct.Struct(fmt)
+
+
+_LIVE_STRUCT = _live_struct()
+_LIVE_ONE = {f: (hdr.OFFSET[f], struct.Struct("<" + hdr.CODE[f])) for f in LIVE_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -521,6 +542,7 @@ class _Mapped:
         self._closed = False
         self._need = h.segment_size or self.size
         self.buf = memoryview(mm)
+        self._live_buf = bytearray(_LIVE_STRUCT.size)
         self._ctr: dict[str, memoryview] = {}
         for f in (*LIVE_FIELDS, "session_id"):
             off, code = hdr.OFFSET[f], hdr.CODE[f]
@@ -543,6 +565,144 @@ class _Mapped:
             if h.image_offset
             else None
         )
+
+    # ------------------------------------------------------------ copies through the fd
+    def pread_into(self, offset: int, out: Any) -> bool:
+        """Copy ``len(out)`` bytes of the segment at ``offset`` into ``out``, never through the mapping.
+
+        On Linux this is ``preadv`` on the segment's file descriptor: if the
+        file shrank (``ftruncate``, or ``O_TRUNC`` on the same inode) the read
+        comes back short instead of the ``SIGBUS`` a load from the mapping
+        past the end of the file would be. Where there is no readable
+        descriptor (Windows, whose named mappings cannot shrink, and
+        POSIX objects that refuse ``read(2)``) it copies from the mapping after
+        an ``fstat`` check.
+
+        Parameters
+        ----------
+        offset
+            Byte offset in the segment.
+        out
+            A writable C-contiguous buffer (``bytearray``, ``numpy`` array).
+
+        Returns
+        -------
+        bool
+            ``True`` if every byte was copied; ``False`` if the file no longer
+            holds them (``out`` then holds garbage) or the segment is closed.
+        """
+        if self._closed:
+            return False
+        mv = memoryview(out).cast("B")
+        n = mv.nbytes
+        if n == 0:
+            return True
+        if offset < 0 or offset + n > self.size:
+            raise ValueError(f"read of {n} bytes at {offset} is outside the {self.size}-byte segment")
+        if self._fd is None or not _PREAD_OK:
+            if not self.backed():
+                return False
+            mv[:] = self.buf[offset : offset + n]
+            return True
+        done = 0
+        while done < n:  # a regular file returns less only at its end (or past 2 GiB per call)
+            try:
+                got = os.preadv(self._fd, [mv[done:]], offset + done)
+            except OSError:
+                return False
+            if got <= 0:
+                return False
+            done += got
+        return True
+
+    def pread(self, offset: int, n: int) -> bytes:
+        """``n`` bytes at ``offset``, copied through the fd (see :meth:`pread_into`).
+
+        Raises
+        ------
+        SegmentGone
+            The file no longer holds them (it shrank) or the segment is closed.
+        """
+        out = bytearray(n)
+        if not self.pread_into(offset, out):
+            raise SegmentGone(f"{self.name}: segment shrank (a {n}-byte read at offset {offset} came back short)")
+        return bytes(out)
+
+    def read_live(self) -> Live:
+        """All live fields from one copy of the header's first bytes (one ``pread``, never a mapping).
+
+        Raises
+        ------
+        SegmentGone
+            The file no longer holds the header.
+        """
+        buf = self._live_buf
+        if not self.pread_into(0, buf):
+            raise SegmentGone(f"{self.name}: segment shrank below its header")
+        return Live(*_LIVE_STRUCT.unpack_from(buf))
+
+    def read_counter(self, field: str) -> int:
+        """One live field, copied through the fd (see :meth:`pread_into`).
+
+        Raises
+        ------
+        KeyError
+            ``field`` is not a live field.
+        SegmentGone
+            The file no longer holds the header.
+        """
+        off, st = _LIVE_ONE[field]
+        return int(st.unpack(self.pread(off, st.size))[0])
+
+    def read_region(self, offset: int, out: np.ndarray) -> None:
+        """Fill ``out`` from the segment at ``offset`` (see :meth:`pread_into`).
+
+        Raises
+        ------
+        SegmentGone
+            The file no longer holds those bytes (it shrank) or the segment is closed.
+        """
+        if not self.pread_into(offset, out):
+            raise SegmentGone(
+                f"{self.name}: segment shrank (a {out.nbytes}-byte read at offset {offset} came back short)"
+            )
+
+    def read_images(self, out: np.ndarray, start: int = 0, stop: int | None = None) -> None:
+        """Copy the images of envs ``start:stop`` into ``out[start:stop]`` (one ``pread``: they are contiguous).
+
+        Parameters
+        ----------
+        out
+            C-contiguous ``uint8`` ``(num_envs, height, width, channels)``.
+        start, stop
+            Env range (default: all).
+
+        Raises
+        ------
+        SegmentGone
+            The file no longer holds the images (it shrank) or the segment is closed.
+        ValueError
+            No image region, or ``out`` has another shape.
+        """
+        h = self.header
+        n = h.num_envs
+        if not h.image_offset:
+            raise ValueError(f"{self.name}: no image region")
+        if out.shape[0] != n or out.nbytes != n * h.image_bytes_per_env or not out.flags.c_contiguous:
+            raise ValueError(f"images: out must be a C-contiguous array of {n * h.image_bytes_per_env} bytes")
+        stop = n if stop is None else stop
+        if not 0 <= start <= stop <= n:
+            raise ValueError(f"env range {start}:{stop} outside 0:{n}")
+        per = h.image_bytes_per_env
+        self.read_region(h.image_offset + start * per, out[start:stop])
+
+    def ring_source(self, offset: int, capacity: int) -> _PreadRing:
+        """A :class:`~lucky_monitor.protocol.ring.RingSource` over the ring at ``offset``, read through the fd.
+
+        For a :class:`~lucky_monitor.protocol.ring.RingTap` that must never
+        load from the mapping; its reads raise ``SegmentGone`` once the file shrank.
+        """
+        return _PreadRing(self, offset, capacity)
 
     # ------------------------------------------------------------ counters
     def counter(self, field: str) -> int:
@@ -571,7 +731,13 @@ class _Mapped:
 
         Each ring's ``read_pos`` is read, then ``write_pos``, then ``read_pos``
         again until two reads agree (at most a few tries), so ``used`` is not
-        inflated by a consumer that moved in between.
+        inflated by a consumer that moved in between. Copied through the fd
+        (:meth:`pread`), never loaded from the mapping.
+
+        Raises
+        ------
+        SegmentGone
+            The file shrank below a ring.
         """
         h = self.header
         rings = [("cmd_s2c", h.cmd_s2c_offset, h.cmd_ring_size), ("cmd_c2s", h.cmd_c2s_offset, h.cmd_ring_size)]
@@ -581,11 +747,15 @@ class _Mapped:
                 ("tools_s2c", h.tools_s2c_offset, h.tools_ring_size),
             ]
         out = {}
+
+        def u32(at: int) -> int:
+            return int(_U32.unpack(self.pread(at, 4))[0])
+
         for name, off, cap in rings:
-            r0 = struct.unpack_from("<I", self.buf, off + 4)[0]
+            r0 = u32(off + 4)
             for _ in range(8):
-                w = struct.unpack_from("<I", self.buf, off)[0]
-                r1 = struct.unpack_from("<I", self.buf, off + 4)[0]
+                w = u32(off)
+                r1 = u32(off + 4)
                 if r1 == r0:
                     break
                 r0 = r1
@@ -708,6 +878,32 @@ class _Mapped:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self.size} bytes"
         return f"<{type(self).__name__} {self.name!r} session {self.session_id:x} {state}>"
+
+
+class _PreadRing:
+    """A ring's positions and data, read through :meth:`_Mapped.pread_into` (see :meth:`_Mapped.ring_source`)."""
+
+    def __init__(self, seg: _Mapped, offset: int, capacity: int) -> None:
+        self._seg = seg
+        self._off = offset
+        self._cap = capacity
+        self._word = bytearray(4)
+
+    def load(self, word: int) -> int:
+        at = self._off + 4 * word
+        if not self._seg.pread_into(at, self._word):
+            raise SegmentGone(f"{self._seg.name}: segment shrank (ring position at offset {at} unreadable)")
+        return int(_U32.unpack(self._word)[0])
+
+    def fill(self, dst: memoryview, idx: int, n: int) -> None:
+        base = self._off + 8
+        end = idx + n
+        parts = [(idx, min(end, self._cap))]
+        if end > self._cap:
+            parts.append((0, end - self._cap))
+        for a, b in parts:
+            if not self._seg.pread_into(base + a, dst[a:b]):
+                raise SegmentGone(f"{self._seg.name}: segment shrank (ring data at offset {base + a} unreadable)")
 
 
 def _attach(obj: _Mapped, name: str, *, write: bool, allow_other_user: bool = False) -> None:

@@ -50,17 +50,17 @@ _CLAIM_TRIES = 64
 def tools_owner(segment: Segment) -> int:
     """The pid that holds the tools channel of ``segment``, 0 if free (read-only look).
 
-    Call :meth:`Segment.still_valid` first if the segment may have gone.
-
     Raises
     ------
+    SegmentGone
+        The file shrank below the owner word.
     ToolsChannelUnavailable
         The engine exports no tools channel.
     """
     off = segment.header.tools_offset
     if not off:
         raise ToolsChannelUnavailable(f"{segment.name}: the engine exports no tools channel (tools_offset = 0)")
-    return struct.unpack_from("<I", segment.buf, off)[0]
+    return int(struct.unpack("<I", segment.pread(off, 4))[0])  # through the fd: never a SIGBUS
 
 
 class ToolsChannel:

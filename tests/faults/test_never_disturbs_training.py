@@ -3,7 +3,8 @@
 The engine (``lucky-monitor sim --fast``, images rendered every step) and a monitor session
 (images copied, the four rings tapped, the tools channel held) run in their own processes;
 the trainer runs here and checks every action echo and every frame number. The monitor's
-``/proc/<pid>/maps`` shows the segment mapped read-only, except the tools region.
+``/proc/<pid>/maps`` shows the segment mapped read-only; the tools region is mapped writable
+only by its tools helper process (``lucky_monitor.transport.tools_agent``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ def segment_mappings(pid: int, path: str) -> list[tuple[int, int, str, int]]:
     return out
 
 
+def children(pid: int) -> list[int]:
+    """Pids of the live children of ``pid``."""
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
+            out += [int(x) for x in f.read().split()]
+    return out
+
+
 def test_thirty_thousand_lock_step_steps_with_a_monitor_attached(subprocess_env) -> None:
     name = unique_segment_name("train")
     path = shm_path(name)
@@ -57,12 +67,16 @@ def test_thirty_thousand_lock_step_steps_with_a_monitor_attached(subprocess_env)
 
         maps = segment_mappings(mon.pid, path)
         assert maps, f"no mapping of {path} in the monitor"
-        rw = [x for x in maps if x[2] != "r--s"]
-        ro = [x for x in maps if x[2] == "r--s"]
-        assert [(perms, off) for _, _, perms, off in rw] == [("rw-s", h.tools_offset)], maps
+        assert [x for x in maps if x[2] != "r--s"] == [], maps  # the monitor itself maps nothing writable
+        assert any(off == 0 and e - s >= h.segment_size for s, e, _, off in maps), maps  # the whole segment, read-only
+        # The tools region is mapped writable by the monitor's tools helper, and nothing else is.
+        helpers = [pid for pid in children(mon.pid) if segment_mappings(pid, path)]
+        assert len(helpers) == 1, helpers
+        hmaps = segment_mappings(helpers[0], path)
+        rw = [x for x in hmaps if x[2] != "r--s"]
+        assert [(perms, off) for _, _, perms, off in rw] == [("rw-s", h.tools_offset)], hmaps
         (start, end, _, _) = rw[0]
         assert end - start == -(-tools_region_size(h.tools_ring_size) // PAGE) * PAGE
-        assert any(off == 0 and e - s >= h.segment_size for s, e, _, off in ro), maps  # the whole segment, read-only
 
         mon.tick("free")  # it polls at 60 Hz from now on, on its own
         with SharedMemoryClient(name, timeout_s=30) as tr:
@@ -75,6 +89,7 @@ def test_thirty_thousand_lock_step_steps_with_a_monitor_attached(subprocess_env)
             assert checked > STEPS * ENVS * 0.9 and ended > 0
             rep = mon.tick("report")
             assert segment_mappings(mon.pid, path) == maps  # nothing remapped writable on the way
+            assert segment_mappings(helpers[0], path) == hmaps
         assert rep["state"] in {"connected", "waiting for trainer", "engine stepping"}, rep
         assert rep["frames_seen"] > 50 and rep["images_copied"] > 50, rep
         assert rep["traffic_messages"]["main c2s"] >= 2 and rep["traffic_messages"]["main s2c"] >= 2, rep
