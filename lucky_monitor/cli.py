@@ -614,11 +614,12 @@ def _cmd_sim(args: argparse.Namespace) -> int:
 
 
 def _sim_args(p: argparse.ArgumentParser) -> None:
-    from .sim.run import add_misbehave_argument, add_noop_step_argument, add_sim_arguments
+    from .sim.run import add_misbehave_argument, add_noop_step_argument, add_sim_arguments, add_sim_stats_argument
 
     add_sim_arguments(p)
     add_noop_step_argument(p)
     add_misbehave_argument(p)
+    add_sim_stats_argument(p)
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:
@@ -633,6 +634,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
         help="seconds to wait for the engine before giving up (default 5)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_allow_other_user_argument(p)
 
 
 @subcommand("train", "run the reference trainer: step an engine in lock-step with a policy", _train_args)

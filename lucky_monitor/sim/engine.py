@@ -182,6 +182,8 @@ class _Pair:
         self.telemetry: tuple[int, int, int] | None = None  # (env, decimation, correlation id)
         self.corrupt = 0
         self.dropped_pushes = 0
+        self.received = 0  # entries taken off the request ring (a monitor's tap should see each)
+        self.sent = 0  # entries pushed on the response ring: responses and stream frames
         self.backlog: Envelope | None = None  # a response waiting for room on the full response ring
 
 
@@ -459,6 +461,19 @@ class ReferenceEngine:
         self._render(self.seg.counter("frame_seq"), force=True)
 
     # -------------------------------------------------------------- commands
+    def message_counts(self) -> dict[str, int]:
+        """Ring entries this engine took and wrote, keyed like a monitor's tap counts (``"main c2s"`` ...).
+
+        ``c2s``: requests taken off the ring; ``s2c``: responses and stream
+        frames pushed (a stream frame dropped on a full ring is not counted).
+        A passive tap that lost nothing reports the same numbers.
+        """
+        out = {}
+        for pair in self.pairs:
+            out[f"{pair.name} c2s"] = pair.received
+            out[f"{pair.name} s2c"] = pair.sent
+        return out
+
     def serve_commands(self, max_per_ring: int = 64) -> int:
         """Answer up to ``max_per_ring`` requests on each request ring."""
         served = 0
@@ -473,6 +488,7 @@ class ReferenceEngine:
                     continue
                 if raw is None:
                     break
+                pair.received += 1
                 served += 1
                 self._answer(pair, raw)
                 if pair.backlog is not None:
@@ -488,6 +504,7 @@ class ReferenceEngine:
             pair.responses.push(_stamped(pair.backlog))
         except RingFull:
             return False
+        pair.sent += 1
         pair.backlog = None
         return True
 
@@ -562,6 +579,7 @@ class ReferenceEngine:
             data = _stamped(env)
         try:
             pair.responses.push(data)
+            pair.sent += 1
         except RingFull:
             pair.backlog = env  # retried every tick (stamped again when it goes out); no requests read meanwhile
 
@@ -569,6 +587,7 @@ class ReferenceEngine:
         """Unsolicited stream frames are droppable: a full ring loses the frame, not the engine."""
         try:
             pair.responses.push(_stamped(env))
+            pair.sent += 1
         except RingFull:
             pair.dropped_pushes += 1
 

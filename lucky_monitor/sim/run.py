@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import signal
@@ -128,6 +129,16 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: run until signalled)")
 
 
+def add_sim_stats_argument(p: argparse.ArgumentParser) -> None:
+    """``sim --stats-json PATH``: at exit, the engine's own counts (``benchmarks/soak.py`` compares the tap's)."""
+    p.add_argument(
+        "--stats-json",
+        metavar="PATH",
+        default=None,
+        help="at exit, write the steps and the ring entries taken and written (one JSON object) to PATH",
+    )
+
+
 def add_noop_step_argument(p: argparse.ArgumentParser) -> None:
     """``sim --noop-step`` (hidden): steps publish a frame without physics, obs or images.
 
@@ -208,6 +219,9 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
 def run_sim(args: argparse.Namespace, *, announce: Callable[[str], None] | None = None) -> int:
     """``lucky-monitor sim``: create the segment, print its name, serve until signalled."""
     cfg = config_from_args(args)
+    stats_path = getattr(args, "stats_json", None)
+    if stats_path is not None:
+        _check_stats_path(stats_path)
     flag = StopFlag()
     die_with_parent()
     try:
@@ -216,10 +230,37 @@ def run_sim(args: argparse.Namespace, *, announce: Callable[[str], None] | None 
             (announce or (lambda s: print(s, flush=True)))(engine.name)
             engine.run(flag, max_steps=args.steps)
         finally:
+            if stats_path is not None:
+                _write_stats(stats_path, engine)
             engine.close()
     finally:
         flag.restore()
     return 0
+
+
+def _check_stats_path(path: str) -> None:
+    """Refuse a ``--stats-json`` file that could not be written, before the segment exists."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"--stats-json {path!r} is a directory; give a file name")
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise UsageError(f"--stats-json {path!r}: directory {parent!r} is missing or not writable")
+
+
+def _write_stats(path: str, engine: ReferenceEngine) -> None:
+    """``sim --stats-json``: steps, frames and the ring entries taken and written (``message_counts``)."""
+    out = {
+        "steps": engine.steps,
+        "frame_seq": engine.seg.counter("frame_seq"),
+        "image_seq": engine.seg.counter("image_seq"),
+        "messages": engine.message_counts(),
+        "dropped_pushes": {p.name: p.dropped_pushes for p in engine.pairs},
+    }
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(out, f)
+        f.write("\n")
+    os.replace(tmp, path)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -227,7 +268,9 @@ def run_train(args: argparse.Namespace) -> int:
     flag = StopFlag()
     die_with_parent()
     try:
-        client = SharedMemoryClient(args.shm, timeout_s=args.timeout)
+        client = SharedMemoryClient(
+            args.shm, timeout_s=args.timeout, allow_other_user=getattr(args, "allow_other_user", False)
+        )
         try:
             schema = client.get_schema()
             print(

@@ -82,9 +82,9 @@ class SharedMemoryClient:
         :class:`CommandTimeout`.
     """
 
-    def __init__(self, name: str, *, timeout_s: float = 5.0) -> None:
+    def __init__(self, name: str, *, timeout_s: float = 5.0, allow_other_user: bool = False) -> None:
         self.timeout_s = timeout_s
-        self.seg = TrainerSegment.attach(name)
+        self.seg = TrainerSegment.attach(name, allow_other_user=allow_other_user)
         h = self.seg.header
         self.header = h
         self.num_envs, self.obs_size, self.act_size = h.num_envs, h.obs_size, h.act_size

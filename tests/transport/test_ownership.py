@@ -127,6 +127,18 @@ def test_cli_refuses_another_users_segment_and_names_the_owner_and_the_flag(thei
 
 
 @needs_root
+def test_train_refuses_another_users_segment_unless_allowed(theirs, capsys) -> None:
+    argv = ["train", "--shm", theirs.name, "--timeout", "0.05", "--steps", "1", "--quiet"]
+    assert main(argv) == EXIT_UNAVAILABLE
+    line = one_error_line(capsys.readouterr().err)
+    assert f"uid {OTHER_UID}" in line and "--allow-other-user" in line
+    code = main([*argv, "--allow-other-user"])
+    err = capsys.readouterr().err
+    # Attached this time: what stops it now is that no engine answers this hand-made segment.
+    assert code != EXIT_OK and f"uid {OTHER_UID}" not in err and "Traceback" not in err, err
+
+
+@needs_root
 def test_watch_refuses_another_users_segment_with_the_reason(theirs) -> None:
     import argparse
     import io
