@@ -24,6 +24,10 @@ line with:
 * ``copy_ms`` - ``np.copyto(dst, seg.images)`` of the whole image region from
   the same mapping, in the same run, also on freshly published frames.
   ``ratio = frame_ms / copy_ms``.
+* ``helpers_cpu_pct`` - CPU of the monitor's helper processes over the same
+  window (the image sampler and the tools-channel helper,
+  ``lucky_monitor/transport/sampler.py`` and ``tools_agent.py``): add it to
+  ``cpu_pct`` for the monitor's whole cost.
 * ``cpu_pct`` - CPU of the real monitor (``python -m lucky_monitor --shm NAME
   --quit-after S``, offscreen, settings in a temporary HOME) following the
   60 Hz engine: ``/proc/<pid>/stat`` utime+stime between t=4 s after start and
@@ -268,6 +272,26 @@ def read_text(path: str) -> str:
         return ""
 
 
+def helpers_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds so far of each live child process of ``pid`` (Linux ``/proc``)."""
+    out: dict[int, float] = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            continue
+        for kid in kids:
+            cpu = process_cpu_seconds(kid)
+            if cpu is not None:
+                out[kid] = cpu
+    return out
+
+
 def bench_cpu(engine: subprocess.Popen, name: str, workdir: str, window_s: float) -> dict[str, Any]:
     """CPU of the real monitor process following the engine, from t=CPU_START_S for ``window_s`` seconds."""
     from lucky_monitor.transport.shm import Segment
@@ -292,6 +316,7 @@ def bench_cpu(engine: subprocess.Popen, name: str, workdir: str, window_s: float
         time.sleep(CPU_START_S)
         if mon.poll() is not None:
             raise SystemExit(f"monitor exited early ({mon.returncode}): {read_text(err_path)}")
+        h0 = helpers_cpu(mon.pid)
         m0, e0, s0, t0 = (
             process_cpu_seconds(mon.pid),
             process_cpu_seconds(engine.pid),
@@ -305,6 +330,7 @@ def bench_cpu(engine: subprocess.Popen, name: str, workdir: str, window_s: float
             seg.counter("image_seq"),
             time.monotonic(),
         )
+        h1 = helpers_cpu(mon.pid)
         alive = mon.poll() is None
         try:
             rc = mon.wait(quit_after + 30 - (time.monotonic() - start))
@@ -317,6 +343,8 @@ def bench_cpu(engine: subprocess.Popen, name: str, workdir: str, window_s: float
 
     return {
         "cpu_pct": pct(m0, m1) if alive else None,
+        # the monitor's helper processes (image sampler, tools channel): their CPU is the monitor's too
+        "helpers_cpu_pct": pct(0.0, sum(c - h0.get(p, 0.0) for p, c in h1.items())) if alive else None,
         "engine_cpu_pct": pct(e0, e1),
         "images_per_s": round((s1 - s0) / 2 / wall, 1),
         "cpu_window_s": round(wall, 2),

@@ -267,6 +267,11 @@ class RunStats:
         "cpu_s",
         "wall_s",
         "cpu_budget_pct",
+        "tap_messages",
+        "tap_missed_bytes",
+        "tap_corrupt",
+        "torn_hot",
+        "torn_images",
     )
 
     def __init__(self, start_wall: float, start_cpu: float, budget_pct: float, poll_hz: float = POLL_HZ) -> None:
@@ -285,6 +290,11 @@ class RunStats:
         self._first: tuple[int, int] | None = None
         self._last: tuple[int, int] | None = None
         self._seen_now = 0
+        # ring tap and torn-copy counts: closed attaches' totals, and the current attach's latest
+        self._taps: dict[str, dict[str, int]] = {"messages": {}, "missed_bytes": {}, "corrupt": {}}
+        self._taps_now: dict[str, dict[str, int]] = {"messages": {}, "missed_bytes": {}, "corrupt": {}}
+        self._torn = [0, 0]
+        self._torn_now = [0, 0]
 
     def add_tick(self, tick: Tick, tick_s: float) -> None:
         """Count one handled Tick that took ``tick_s`` seconds of the window's time."""
@@ -302,6 +312,9 @@ class RunStats:
                 self._first = seqs
             self._last = seqs
             self._seen_now = tick.counters.frames_seen
+            ts = tick.traffic_stats
+            self._taps_now = {"messages": ts.messages, "missed_bytes": ts.missed_bytes, "corrupt": ts.corrupt}
+            self._torn_now = [tick.counters.torn_hot, tick.counters.torn_images]
 
     def presented(self) -> None:
         """One grid update shown."""
@@ -312,8 +325,12 @@ class RunStats:
             self._frames += max(0, self._last[0] - self._first[0])
             self._images += max(0, self._last[1] - self._first[1])
             self._seen += self._seen_now
+            self._taps = _summed(self._taps, self._taps_now)
+            self._torn = [a + b for a, b in zip(self._torn, self._torn_now, strict=True)]
         self._first = self._last = None
         self._seen_now = 0
+        self._taps_now = {"messages": {}, "missed_bytes": {}, "corrupt": {}}
+        self._torn_now = [0, 0]
 
     def result(self, now_wall: float, now_cpu: float) -> dict[str, Any]:
         """The ``--stats-json`` object (every key of :attr:`KEYS`, in that order)."""
@@ -322,6 +339,10 @@ class RunStats:
             frames += max(0, self._last[0] - self._first[0])
             images += max(0, self._last[1] - self._first[1])
             seen += self._seen_now
+        taps, torn = self._taps, self._torn
+        if self._first is not None:
+            taps = _summed(taps, self._taps_now)
+            torn = [a + b for a, b in zip(torn, self._torn_now, strict=True)]
         p50, p90 = _percentile(self.tick_ms, 50), _percentile(self.tick_ms, 90)
         return {
             "ticks": self.ticks,
@@ -335,4 +356,15 @@ class RunStats:
             "cpu_s": round(now_cpu - self.start_cpu, 3),
             "wall_s": round(now_wall - self.start_wall, 3),
             "cpu_budget_pct": self.budget_pct,
+            # per ring ("main c2s" ...), summed over attaches: what the passive taps delivered and skipped
+            "tap_messages": taps["messages"],
+            "tap_missed_bytes": taps["missed_bytes"],
+            "tap_corrupt": taps["corrupt"],
+            "torn_hot": torn[0],
+            "torn_images": torn[1],
         }
+
+
+def _summed(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Per-kind, per-ring sums of two sets of tap counts."""
+    return {k: {r: a[k].get(r, 0) + b[k].get(r, 0) for r in {*a[k], *b[k]}} for k in a}

@@ -171,3 +171,24 @@ def test_lower_priority_lowers_and_never_raises():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     start, lowered, again, zero = (int(v) for v in out.stdout.split())
     assert lowered == again == zero == min(start + 3, 19)
+
+
+def test_run_stats_sum_tap_counts_and_torn_copies_over_attaches():
+    from lucky_monitor.core.session import TrafficStats
+
+    h = small_header()
+    s = RunStats(start_wall=0.0, start_cpu=0.0, budget_pct=10.0)
+
+    def feed(generation, t, messages, missed, torn_images):
+        ts = TrafficStats(messages={"main c2s": messages}, missed_bytes={"main c2s": missed}, corrupt={"main c2s": 0})
+        counters = Counters(torn_images=torn_images)
+        s.add_tick(attached_tick(h, t=t, generation=generation, traffic_stats=ts, counters=counters), 0.001)
+
+    feed(1, 1.0, 3, 0, 1)
+    feed(1, 1.1, 7, 16, 2)  # the counts of one attach grow: its last value counts
+    s.add_tick(tick(t=1.2, generation=2), 0.001)  # detached
+    feed(3, 1.3, 4, 0, 5)
+    out = s.result(now_wall=2.0, now_cpu=0.1)
+    assert out["tap_messages"] == {"main c2s": 7 + 4}
+    assert out["tap_missed_bytes"] == {"main c2s": 16}
+    assert out["torn_images"] == 2 + 5 and out["torn_hot"] == 0
