@@ -441,6 +441,7 @@ class GridDisplay:
         self._geometry_key: tuple[int, int | None, bool] | None = None
         self._sampler: ImageSampler | None = None
         self._sampler_key: tuple[str, int, int] | None = None
+        self._helper_cpu = 0.0
         self._geometry = self._plan.geometry
 
     @property
@@ -600,6 +601,11 @@ class GridDisplay:
         self._sampler_key = None
         if sampler is not None:
             sampler.close()
+            self._helper_cpu += sampler.cpu_s()
+
+    def helper_cpu_s(self) -> float:
+        """CPU seconds of this grid's sampling helpers so far (see :meth:`MonitorSession.helper_cpu_s`)."""
+        return self._helper_cpu + (self._sampler.cpu_s() if self._sampler is not None else 0.0)
 
     def _buffer(self, attr: str, shape: tuple[int, ...]) -> np.ndarray:
         """A private ``uint8`` buffer of ``shape``, allocated once (``np.empty``: untouched pages cost nothing)."""
@@ -731,6 +737,7 @@ class MonitorSession:
         self._paused = False
         # tools and commands
         self._chan: ToolsChannel | ToolsAgent | None = None
+        self._helpers_cpu = 0.0  # CPU seconds of helper processes already stopped
         self._client: CommandClient | None = None
         self._tools = ToolsState()
         self._next_claim = 0.0
@@ -1144,6 +1151,20 @@ class MonitorSession:
         grid, self._grid = self._grid, None
         if grid is not None:
             grid.close()
+            self._helpers_cpu += grid.helper_cpu_s()
+
+    def helper_cpu_s(self) -> float:
+        """CPU seconds the session's helper processes used so far (image sampler, tools channel).
+
+        They do part of the monitor's work (see ``transport/sampler.py`` and
+        ``transport/tools_agent.py``); a CPU budget or a report of the
+        monitor's cost adds this to the process's own CPU time.
+        """
+        total = self._helpers_cpu + (self._grid.helper_cpu_s() if self._grid is not None else 0.0)
+        chan = self._chan
+        if isinstance(chan, ToolsAgent):
+            total += chan.cpu_s()
+        return total
 
     def _configure_grid(self, h: Header) -> None:
         """Called by the link on attach, before its first image copy: grids in the header's geometry."""
@@ -1451,6 +1472,8 @@ class MonitorSession:
         self._chan = None
         if chan is not None:
             chan.abandon()
+            if isinstance(chan, ToolsAgent):
+                self._helpers_cpu += chan.cpu_s()
         self._release(why)
 
     def _release(self, why: str) -> None:
@@ -1465,6 +1488,8 @@ class MonitorSession:
         self._lent = False
         if chan is not None:
             chan.release()
+            if isinstance(chan, ToolsAgent):
+                self._helpers_cpu += chan.cpu_s()
         self._next_claim = self.clock()
         if self._tools.exported:
             self._tools = replace(self._tools, ours=False, owner_pid=0, reason="tools channel not claimed yet")

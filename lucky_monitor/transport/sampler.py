@@ -47,7 +47,7 @@ import numpy as np
 
 from ..protocol.errors import SegmentGone
 from .shm import Segment, platform_kind
-from .tools_agent import _read_frame, _root, _write
+from .tools_agent import _read_frame, _root, _write, process_cpu_s
 
 __all__ = ["ImageSampler"]
 
@@ -75,6 +75,7 @@ class ImageSampler:
         self._out_mm = mmap.mmap(out_fd, out_size)
         self._out_size = out_size
         self._ready = False
+        self._cpu = 0.0
 
     @classmethod
     def start(cls, seg: Segment, function: str, max_out_bytes: int) -> ImageSampler | None:
@@ -178,8 +179,15 @@ class ImageSampler:
         self._call(b"S", req)
         return np.frombuffer(self._out_mm, np.uint8, n * th * tw * c).reshape(shape)
 
+    def cpu_s(self) -> float:
+        """CPU seconds the helper used so far (its last reading once closed): part of the monitor's cost."""
+        if self._proc is not None:
+            self._cpu = max(self._cpu, process_cpu_s(self._proc.pid))
+        return self._cpu
+
     def close(self) -> None:
         """Stop the helper and drop the result buffer. Idempotent."""
+        self.cpu_s()
         proc, self._proc = self._proc, None
         if proc is not None:
             for stream in (proc.stdin, proc.stdout):

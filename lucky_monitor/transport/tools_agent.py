@@ -77,6 +77,16 @@ _ERRORS: dict[str, type[Exception]] = {
 }
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` used so far (Linux ``/proc``; 0.0 where unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _write(stream: BinaryIO, op: bytes, data: bytes = b"") -> None:
     stream.write(_FRAME.pack(op, len(data)) + data)
     stream.flush()
@@ -145,6 +155,7 @@ class ToolsAgent:
         self._fd: int | None = None  # a duplicate of the segment's descriptor, for fstat
         self._need = 0
         self._claimed = False
+        self._cpu = 0.0
         self.c2s = _C2S(self)
         self.s2c = _S2C(self)
 
@@ -236,6 +247,12 @@ class ToolsAgent:
         except OSError:
             return False
 
+    def cpu_s(self) -> float:
+        """CPU seconds the helper used so far (its last reading once stopped): part of the monitor's cost."""
+        if self._proc is not None:
+            self._cpu = max(self._cpu, process_cpu_s(self._proc.pid))
+        return self._cpu
+
     @property
     def owner_pid(self) -> int:
         """Current value of the owner word (0 once released)."""
@@ -265,6 +282,7 @@ class ToolsAgent:
 
     def _stop(self) -> None:
         self._claimed = False
+        self.cpu_s()
         proc, self._proc = self._proc, None
         if proc is not None:
             for stream in (proc.stdin, proc.stdout):

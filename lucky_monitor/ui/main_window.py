@@ -106,7 +106,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._last_title = ""
         self._tick_cost = 0.0
         self.budget = CpuBudget(cpu_budget)
-        self.stats = RunStats(time.monotonic(), time.process_time(), cpu_budget)
+        self.stats = RunStats(time.monotonic(), self._cpu_s(), cpu_budget)
         self._next_plot = 0.0
         self._next_image = 0.0
         self._image_held = False  # a new image came while presentation was not due
@@ -346,7 +346,7 @@ class MainWindow(QtWidgets.QMainWindow):
             self.traffic.refresh()
             if self._shown_meta is not None:  # the grid's counters, throttled per frame, catch up
                 self.grid.set_meta(*self._shown_meta)
-        if self._ticks % BUDGET_EVERY == 0 and self.budget.update(time.monotonic(), time.process_time()):
+        if self._ticks % BUDGET_EVERY == 0 and self.budget.update(time.monotonic(), self._cpu_s()):
             self._update_status(tick)
         if self._ticks % 15 == 0 or tick.state != getattr(self, "_shown_state", None):
             self._shown_state = tick.state
@@ -489,9 +489,14 @@ class MainWindow(QtWidgets.QMainWindow):
         if not self.grab().save(path, "PNG"):
             raise OSError(f"could not write {path}")
 
+    def _cpu_s(self) -> float:
+        """This process's CPU seconds plus its session's helper processes' (their work is the window's)."""
+        session = getattr(self, "session", None)
+        return time.process_time() + (session.helper_cpu_s() if session is not None else 0.0)
+
     def run_stats(self) -> dict[str, typing.Any]:
         """What ``--stats-json`` writes: this window's run so far (see :class:`RunStats`)."""
-        return self.stats.result(time.monotonic(), time.process_time())
+        return self.stats.result(time.monotonic(), self._cpu_s())
 
     # ------------------------------------------------------------ closing
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:

@@ -505,3 +505,17 @@ def test_a_reused_pid_with_a_frozen_heartbeat_reads_stalled_at_once(segment_fact
     assert tick.state is LinkState.STALLED and not tick.state.healthy, tick.text
     assert tick.heartbeat_age_s is not None and tick.heartbeat_age_s >= 9.0
     s.close()
+
+
+def test_helper_processes_cpu_counts_as_the_sessions(engines) -> None:
+    # The tools channel is held by a helper process (a shrinking segment can only kill it);
+    # its CPU is the monitor's too, so the window's CPU budget adds it.
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name)
+    assert s.helper_cpu_s() == 0.0
+    run(s, engines, lambda t: t.tools.ours, "tools channel")
+    used = s.helper_cpu_s()
+    assert used > 0.0  # an interpreter started and attached
+    s.close()
+    assert s.helper_cpu_s() >= used  # kept after the helper stopped
