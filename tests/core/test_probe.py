@@ -394,7 +394,7 @@ class FakeSegment:
     def __init__(self) -> None:
         self.header = plan(num_envs=2, obs_size=1, act_size=1, tools_ring_size=4096, session_id=1)
 
-    def counter(self, field: str) -> int:
+    def read_counter(self, field: str) -> int:  # the probe reads live fields through the fd (never a mapping)
         return 0xFF if field == "services_enabled" else 0
 
 

@@ -88,7 +88,7 @@ def test_bad_listen_address_is_a_usage_error(text) -> None:
 
 def test_values_are_the_segments(segment_factory, monkeypatch) -> None:
     seg = segment_factory(num_envs=4, image=(8, 6, 3))
-    real_counter = Segment.counter
+    real_counter = Segment.read_counter  # the monitor reads live fields through the fd
     writes = {"n": 0}
 
     def counter(self, field):
@@ -97,7 +97,7 @@ def test_values_are_the_segments(segment_factory, monkeypatch) -> None:
         writes["n"] += 1  # the engine completes a write between any two reads: every copy overlaps one
         return 2 * writes["n"]
 
-    monkeypatch.setattr(Segment, "counter", counter)
+    monkeypatch.setattr(Segment, "read_counter", counter)
     seg.set("heartbeat_ns", time.monotonic_ns())
     seg.set("client_pid", os.getpid())  # a live trainer: this process
     seg.rewards[:] = [0.5, -2.0, np.nan, 3.5]
