@@ -10,8 +10,8 @@ every other poll. Between two of its polls the test truncates the segment's
 file to a random size (or unlinks it, or both) and lets it poll on: it must
 notice, drop the channel without a write, and carry on, 200 times.
 
-Not covered: a truncation landing inside the microseconds of a read of the
-mapping itself; closing that needs reads through ``pread``.
+A truncation landing inside a read or a tools write, at any moment of a
+step, is ``test_truncation_stress.py``.
 """
 
 from __future__ import annotations
