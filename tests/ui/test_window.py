@@ -373,7 +373,14 @@ def test_stats_json_is_written_at_exit(tmp_path, subprocess_env):
             "cpu_s",
             "wall_s",
             "cpu_budget_pct",
+            "tap_messages",
+            "tap_missed_bytes",
+            "tap_corrupt",
+            "torn_hot",
+            "torn_images",
         ]
+        assert set(stats["tap_messages"]) == {"main c2s", "main s2c", "tools c2s", "tools s2c"}
+        assert not any(stats["tap_corrupt"].values()) and stats["torn_hot"] >= 0 and stats["torn_images"] >= 0
         assert stats["ticks"] > 60 and stats["late_ticks"] < stats["ticks"]
         assert 0 < stats["frames_seen"] <= stats["frames_published"] + 1
         assert 0 < stats["images_presented"] <= stats["images_published"] + 1
