@@ -184,9 +184,7 @@ class _EnvLabels(QtWidgets.QGraphicsItem):
                     self._texts[env] = text
                 # the tile's bottom-left corner (kept inside the view for tiles cut by its edge): clear of
                 # an index the engine may draw into the image's top-left, so the two can be compared
-                corner = tr.map(
-                    QtCore.QPointF(max(col * pitch_x, r.left()), min(row * pitch_y + t.height, r.bottom()))
-                )
+                corner = tr.map(QtCore.QPointF(max(col * pitch_x, r.left()), min(row * pitch_y + t.height, r.bottom())))
                 size = text.size()
                 y = corner.y() - size.height() - 2
                 if y < tr.map(QtCore.QPointF(0, max(row * pitch_y, r.top()))).y():
