@@ -7,7 +7,8 @@ offscreen, settings in a temporary HOME) follows it. Every ``--every`` seconds
 the window's resident memory (``VmRSS`` from ``/proc``) is sampled. At the end
 one JSON line reports:
 
-* ``rss_mib`` - the samples while the window runs; ``rss_growth_pct_after_first_minute``
+* ``rss_mib`` - the samples while the window runs (the window and the helper processes it
+  starts: the image sampler and the tools agent); ``rss_growth_pct_after_first_minute``
   - growth of the largest later sample over the first one taken after one minute
   (target < 5 %);
 * from the window's ``--stats-json``: frames published vs seen, images
@@ -46,6 +47,35 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import child, emit, first_line, lucky, machine_facts, process_cpu_seconds
+
+
+def descendants(pid: int) -> list[int]:
+    """The pids of ``pid``'s children, their children, ... (Linux ``/proc/<pid>/task/*/children``)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children", encoding="ascii") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            out.extend(kids)
+            todo.extend(kids)
+    return out
+
+
+def tree_rss_mib(pid: int) -> float | None:
+    """Resident memory of ``pid`` and every process it started (the window and its helpers), MiB."""
+    own = rss_mib(pid)
+    if own is None:
+        return None
+    return round(own + sum(rss_mib(k) or 0.0 for k in descendants(pid)), 1)
 
 
 def rss_mib(pid: int) -> float | None:
@@ -139,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                     while win.poll() is None and time.monotonic() - t0 < seconds + 60:
                         now = time.monotonic() - t0
                         if now >= next_sample:
-                            samples.append((round(now, 1), rss_mib(win.pid)))
+                            samples.append((round(now, 1), tree_rss_mib(win.pid)))
                             next_sample = now + args.every
                         if "trainer" not in stopped and now >= seconds - tail:
                             cpu1 = {k: process_cpu_seconds(pr.pid) for k, pr in (("engine", sim), ("trainer", trainer))}
