@@ -47,7 +47,7 @@ import numpy as np
 
 from ..protocol.errors import SegmentGone
 from .shm import Segment, platform_kind
-from .tools_agent import _read_frame, _root, _write, process_cpu_s
+from .tools_agent import _end_helper, _read_frame, _root, _write, process_cpu_s
 
 __all__ = ["ImageSampler"]
 
@@ -190,15 +190,7 @@ class ImageSampler:
         self.cpu_s()
         proc, self._proc = self._proc, None
         if proc is not None:
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
-            try:
-                proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _end_helper(proc, timeout=2)
         if self._out_fd >= 0:
             with contextlib.suppress(BufferError):
                 self._out_mm.close()

@@ -105,6 +105,19 @@ def _read_exact(fd: int, n: int, timeout: float | None) -> bytes | None:
     return bytes(out)
 
 
+def _end_helper(proc: subprocess.Popen[bytes], *, timeout: float) -> None:
+    """Close a helper's pipes (its end-of-file: it exits) and reap it, killing it after ``timeout`` s."""
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _read_frame(fd: int, timeout: float | None) -> tuple[bytes, bytes] | None:
     head = _read_exact(fd, _FRAME.size, timeout)
     if head is None:
@@ -285,15 +298,7 @@ class ToolsAgent:
         self.cpu_s()
         proc, self._proc = self._proc, None
         if proc is not None:
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _end_helper(proc, timeout=5)
         fd, self._fd = self._fd, None
         if fd is not None:
             with contextlib.suppress(OSError):

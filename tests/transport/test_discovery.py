@@ -122,7 +122,18 @@ def test_nothing_found(prefix: str) -> None:
 
 def test_a_reused_pid_with_a_frozen_heartbeat_is_not_live(segment_factory, prefix: str) -> None:
     """The engine died and its pid now names an unrelated live process: the heartbeat says so."""
-    unrelated = os.getppid()  # alive, and certainly not an engine of this segment
+    # Alive, certainly not an engine of this segment, and started after this test process (a reused
+    # pid names a newer process), so the listing's newest-first order is not a tie of start times.
+    time.sleep(0.03)  # a clock tick (start times count in ticks of 10 ms)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _frozen_heartbeat_case(segment_factory, prefix, sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def _frozen_heartbeat_case(segment_factory, prefix: str, unrelated: int) -> None:
     frozen = segment_factory(prefix + "reused", server_pid=unrelated)
     beat(frozen, age_s=10.0)
     (info,) = list_segments(prefix)
