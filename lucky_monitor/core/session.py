@@ -625,6 +625,10 @@ class GridDisplay:
 # ---------------------------------------------------------------------------
 
 
+#: Seconds between reads of the tools reply ring while no request waits for an answer.
+IDLE_COLLECT_S = 0.5
+
+
 class MonitorSession:
     """Follow one segment (by name, or the newest live one) and describe it once per step.
 
@@ -748,6 +752,7 @@ class MonitorSession:
         self._repeat_next = 0.0
         self._repeat_cid: int | None = None
         self._draws_answered = 0
+        self._next_idle_collect = 0.0  # see _service_tools
         self._lent = False  # the command client is lent out (lend_commands): step() leaves the replies alone
         # inspector and alarms (per attach)
         self._act: np.ndarray | None = None
@@ -1415,7 +1420,11 @@ class MonitorSession:
             self._drop_channel("segment shrank")
             return
         if self._client is not None:
-            if not self._lent:
+            # Replies are read every tick while a request waits; otherwise (anything there then is
+            # unsolicited: a corrupt ring, an undecodable reply) twice a second: each read is a round
+            # trip to the tools helper process.
+            if not self._lent and (self._pending or now >= self._next_idle_collect):
+                self._next_idle_collect = now + IDLE_COLLECT_S
                 try:
                     self._collect()
                 except LuckyMonitorError:  # the tools helper died (the segment shrank under it) or stopped answering
