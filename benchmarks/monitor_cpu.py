@@ -283,7 +283,10 @@ def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, An
                 phases["A"].append(rate(args.phase))
                 home = tempfile.mkdtemp(prefix=f"home_ab{i}_", dir=workdir)
                 stats_path = os.path.join(home, "stats.json")
-                mon_argv = lucky("--shm", name, "--stats-json", stats_path)
+                mon_argv = [
+                    *args.monitor_wrap.split(),
+                    *lucky("--shm", name, "--stats-json", stats_path, *args.monitor_args.split()),
+                ]
                 env = clean_env(home, QT_QPA_PLATFORM="offscreen")
                 with child(mon_argv, env=env, stderr_path=os.path.join(home, "monitor.stderr")) as mon:
                     time.sleep(args.warmup)
@@ -327,6 +330,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=2, help="A/B pairs of the trainer comparison")
     p.add_argument("--phase", type=float, default=None, help="seconds measured per A or B phase")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring (start-up)")
+    p.add_argument("--monitor-args", default="", help="extra options of the B phases' monitor window, e.g. '--nice 0'")
+    p.add_argument(
+        "--monitor-wrap", default="", help="a command the B phases' monitor runs under, e.g. 'chrt --idle 0'"
+    )
     args = p.parse_args(argv)
     args.seconds = args.seconds or (12.0 if args.quick else 20.0)
     args.phase = args.phase or (6.0 if args.quick else 10.0)

@@ -42,7 +42,7 @@ from typing import Any
 
 from .session import Tick
 
-__all__ = ["LADDER", "POLL_HZ", "CpuBudget", "Rates", "RunStats", "lower_priority"]
+__all__ = ["LADDER", "POLL_HZ", "CpuBudget", "Rates", "RunStats", "lower_priority", "machine_idle_s"]
 
 
 def lower_priority(nice: int) -> int | None:
@@ -62,6 +62,18 @@ def lower_priority(nice: int) -> int | None:
             os.setpriority(os.PRIO_PROCESS, 0, nice)
         return os.getpriority(os.PRIO_PROCESS, 0)
     except OSError:
+        return None
+
+
+def machine_idle_s() -> float | None:
+    """The machine's idle CPU seconds since boot, all cores summed (Linux ``/proc/stat``); ``None`` elsewhere."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = f.readline().split()
+        if fields[0] != "cpu":
+            return None
+        return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")  # idle + iowait
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -124,6 +136,11 @@ class CpuBudget:
     to a short deque and decides at most once per ``settle_s``).
     """
 
+    #: Below this much idle CPU (in cores, over the last readings) the machine counts as saturated ...
+    SATURATED_IDLE_CORES = 0.5
+    #: ... and the budget in force is this share of the one asked for.
+    SATURATED_SHARE = 0.5
+
     def __init__(
         self,
         budget_pct: float,
@@ -152,6 +169,8 @@ class CpuBudget:
         self.usage_pct: float | None = None  # the last measured usage, % of one core
         self.over_budget = False
         self._readings: deque[tuple[float, float]] = deque()
+        self._idle: deque[tuple[float, float]] = deque()  # (monotonic time, machine idle CPU seconds)
+        self.machine_busy = False  # the machine had no idle core to spare at the last readings
         self._changed_at: float | None = None
         self._last_up_at: float | None = None
         self._hold = hold_up_s
@@ -170,8 +189,15 @@ class CpuBudget:
     def at_floor(self) -> bool:
         return self.level == len(self.ladder) - 1
 
-    def update(self, now: float, cpu_s: float) -> bool:
+    def update(self, now: float, cpu_s: float, idle_s: float | None = None) -> bool:
         """Take one reading (``now``: a monotonic clock; ``cpu_s``: process CPU seconds).
+
+        ``idle_s``: the machine's idle CPU seconds so far, all cores (see
+        :func:`machine_idle_s`; ``None``: unknown). While the machine has
+        less than :attr:`SATURATED_IDLE_CORES` of a core idle, the budget in
+        force is :attr:`SATURATED_SHARE` of the one asked for
+        (:attr:`machine_busy`): on a machine the engine and trainer keep
+        busy, every cycle the window takes is one they wait for.
 
         Returns
         -------
@@ -180,6 +206,10 @@ class CpuBudget:
         """
         r = self._readings
         r.append((now, cpu_s))
+        if idle_s is not None:
+            self._idle.append((now, idle_s))
+            while len(self._idle) > 2 and now - self._idle[1][0] >= self.window_s:
+                self._idle.popleft()
         while len(r) > 2 and now - r[1][0] >= self.window_s:
             r.popleft()
         if self._changed_at is None:
@@ -189,10 +219,18 @@ class CpuBudget:
         if span < self.settle_s or span <= 0:
             return False
         self.usage_pct = 100.0 * (cpu_s - c0) / span
+        if len(self._idle) >= 2 and self._idle[-1][0] - self._idle[0][0] >= self.settle_s:
+            (ti, i0), (tj, i1) = self._idle[0], self._idle[-1]
+            idle_cores = (i1 - i0) / (tj - ti)
+            # Hysteresis: busy below the threshold, free again only above twice it.
+            if self.machine_busy:
+                self.machine_busy = idle_cores < 2 * self.SATURATED_IDLE_CORES
+            else:
+                self.machine_busy = idle_cores < self.SATURATED_IDLE_CORES
         if not self.limited:
             self.over_budget = False
             return False
-        usage, budget = self.usage_pct, self.budget_pct
+        usage, budget = self.usage_pct, self.effective_pct
         self.over_budget = self.at_floor and usage > budget
         if self._last_up_at is not None and now - self._last_up_at > self.backoff_window_s:
             self._hold = self.hold_up_s  # the last step up held: be quick to step up again
@@ -218,10 +256,17 @@ class CpuBudget:
         self.over_budget = False
         return changed
 
+    @property
+    def effective_pct(self) -> float:
+        """The budget in force: :attr:`budget_pct`, or :attr:`SATURATED_SHARE` of it while the machine is busy."""
+        return self.budget_pct * (self.SATURATED_SHARE if self.machine_busy else 1.0)
+
     def text(self) -> str:
         """The status line: ``CPU 8 % of 10 % · images 30 Hz · plots 5 Hz · panel 10 Hz``."""
         usage = "—" if self.usage_pct is None else f"{self.usage_pct:.0f}"
-        head = f"CPU {usage} % of {self.budget_pct:g} %" if self.limited else f"CPU {usage} % (no budget)"
+        head = f"CPU {usage} % of {self.effective_pct:g} %" if self.limited else f"CPU {usage} % (no budget)"
+        if self.limited and self.machine_busy:
+            head += " (machine busy)"
         tail = " · over budget at the lowest rates" if self.over_budget else ""
         return f"{head} · {self.rates.text()}{tail}"
 

@@ -35,7 +35,7 @@ import typing
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
-from ..core.budget import CpuBudget, Rates, RunStats
+from ..core.budget import CpuBudget, Rates, RunStats, machine_idle_s
 from ..core.history import History
 from ..core.session import MonitorSession, Tick
 from ..core.tiler import GridGeometry
@@ -346,7 +346,7 @@ class MainWindow(QtWidgets.QMainWindow):
             self.traffic.refresh()
             if self._shown_meta is not None:  # the grid's counters, throttled per frame, catch up
                 self.grid.set_meta(*self._shown_meta)
-        if self._ticks % BUDGET_EVERY == 0 and self.budget.update(time.monotonic(), self._cpu_s()):
+        if self._ticks % BUDGET_EVERY == 0 and self.budget.update(time.monotonic(), self._cpu_s(), machine_idle_s()):
             self._update_status(tick)
         if self._ticks % 15 == 0 or tick.state != getattr(self, "_shown_state", None):
             self._shown_state = tick.state

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from lucky_monitor.core.budget import LADDER, CpuBudget, Rates, RunStats
+from lucky_monitor.core.budget import LADDER, CpuBudget, Rates, RunStats, machine_idle_s
 from lucky_monitor.core.monitor import Counters
 from tests.ui.ticks import attached_tick, live_fields, small_header, tick
 
@@ -192,3 +192,28 @@ def test_run_stats_sum_tap_counts_and_torn_copies_over_attaches():
     assert out["tap_messages"] == {"main c2s": 7 + 4}
     assert out["tap_missed_bytes"] == {"main c2s": 16}
     assert out["torn_images"] == 2 + 5 and out["torn_hot"] == 0
+
+
+def test_a_saturated_machine_halves_the_budget_and_a_freed_one_restores_it():
+    b = CpuBudget(10)
+    t, cpu, idle = 0.0, 0.0, 0.0
+
+    def feed(seconds: float, cost_pct: float, idle_cores: float) -> None:
+        nonlocal t, cpu, idle
+        for _ in range(int(seconds / 0.1)):
+            t += 0.1
+            cpu += cost_pct / 100 * 0.1
+            idle += idle_cores * 0.1
+            b.update(t, cpu, idle)
+
+    feed(5, 8.0, 1.8)  # the demo: cores to spare, 8 % fits the 10 % asked for
+    assert not b.machine_busy and b.level == 0 and b.effective_pct == 10
+    assert b.text().startswith("CPU 8 % of 10 % ·")
+    feed(10, 8.0, 0.2)  # engine and trainer spinning on both cores: 5 % in force, so it paints less
+    assert b.machine_busy and b.effective_pct == 5 and b.level > 0
+    assert "of 5 % (machine busy)" in b.text()
+    feed(4, 8.0, 0.7)  # hysteresis: above the threshold but under twice it, still busy
+    assert b.machine_busy
+    feed(60, 4.0, 1.8)  # the training stopped
+    assert not b.machine_busy and b.effective_pct == 10 and b.level == 0
+    assert machine_idle_s() is None or machine_idle_s() > 0
