@@ -281,7 +281,7 @@ def test_the_budget_thins_painting_never_polling(qtbot, engine, window):
     wait_state(qtbot, win, LinkState.FREE_RUNNING)
     qtbot.waitUntil(lambda: win.stats.images_presented > 0, timeout=5000)
     win.budget.level = len(LADDER) - 1  # the floor: images 2 Hz, plots 0.5 Hz, panel 1 Hz
-    win.budget.update = lambda now, cpu: False  # held there
+    win.budget.update = lambda now, cpu, idle=None: False  # held there
     plots = []
     win.plots.update_view = lambda: plots.append(1)
     presented, ticks = win.stats.images_presented, win.stats.ticks
