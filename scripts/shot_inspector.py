@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 FAULTY_ENGINE = """
 import signal, sys
@@ -54,10 +54,8 @@ def main() -> int:
     out = sys.argv[1] if len(sys.argv) > 1 else "assets/screenshots"
     os.makedirs(out, exist_ok=True)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6 import QtCore, QtWidgets
-
-    from lucky_monitor.ui.main_window import MainWindow
-    from lucky_monitor.ui.theme import apply_theme
+    from _shot_window import open_window
+    from PySide6 import QtCore
 
     name = f"LuckyEngine_shot_{os.getpid()}"
     engine = subprocess.Popen([sys.executable, "-c", FAULTY_ENGINE, name], stdout=subprocess.PIPE, text=True)
@@ -70,18 +68,7 @@ def main() -> int:
         stderr=subprocess.DEVNULL,
     )
     try:
-        app = QtWidgets.QApplication([sys.argv[0]])
-        apply_theme(app)
-        ini = os.path.join(tempfile.mkdtemp(), "s.ini")
-        win = MainWindow(name, settings=QtCore.QSettings(ini, QtCore.QSettings.Format.IniFormat), persist=False)
-        win.resize(1920, 1080)
-        win.show()
-
-        def run(seconds: float) -> None:
-            t_end = time.monotonic() + seconds
-            while time.monotonic() < t_end:
-                app.processEvents()
-                time.sleep(0.002)
+        win, run = open_window(name, nap_s=0.002)
 
         run(4.0)
         win.session.select([2, 5])

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def main() -> int:
@@ -29,23 +29,10 @@ def main() -> int:
         assert eng.stdout is not None
         if eng.stdout.readline().strip() != name:
             raise SystemExit("the engine did not start")
-        from PySide6 import QtCore, QtWidgets
+        from _shot_window import open_window
+        from PySide6 import QtCore
 
-        from lucky_monitor.ui.main_window import MainWindow
-        from lucky_monitor.ui.theme import apply_theme
-
-        app = QtWidgets.QApplication([sys.argv[0]])
-        apply_theme(app)
-        ini = os.path.join(tempfile.mkdtemp(), "s.ini")
-        win = MainWindow(name, settings=QtCore.QSettings(ini, QtCore.QSettings.Format.IniFormat), persist=False)
-        win.resize(1920, 1080)
-        win.show()
-
-        def run(seconds: float) -> None:
-            t_end = time.monotonic() + seconds
-            while time.monotonic() < t_end:
-                app.processEvents()
-                time.sleep(0.005)
+        win, run = open_window(name, nap_s=0.005)
 
         run(6.0)
         win.grid.reset_zoom()
