@@ -5,8 +5,9 @@ latency is unknown (a stamp missing, its request not seen) reads "unknown",
 with the reason as a tooltip, never "0.0 ms".
 
 A view of Ticks: the window hands each tick's new entries and tap counts to
-:meth:`TrafficView.add`; :meth:`TrafficView.refresh` (a few times a second)
-rebuilds the table only when something changed. The footer's per-ring counts
+:meth:`TrafficView.add`; :meth:`TrafficView.refresh` (at the panels' rate)
+appends the new rows only when something changed (a reset would repaint every
+visible row; an append to a table that follows the bottom paints the new ones). The footer's per-ring counts
 of messages, missed bytes and corrupt entries change as soon as the taps
 count them, whether or not a valid message arrived.
 """
@@ -78,11 +79,37 @@ class TrafficModel(QtCore.QAbstractTableModel):
         self._t0 = 0.0
         self._error_brush = QtGui.QBrush(QtGui.QColor(pal.BAD))
 
+    #: Rows dropped from the top at once when appending passes :attr:`MAX_ROWS` (each drop shifts every
+    #: row, which repaints the whole table: in batches, that happens once per this many new rows).
+    TRIM_BATCH = 200
+
     def set_entries(self, entries: list[TrafficEntry], t0: float) -> None:
         self.beginResetModel()
         self._rows = entries[-self.MAX_ROWS :]
         self._t0 = t0
         self.endResetModel()
+
+    def append_entries(self, entries: list[TrafficEntry]) -> None:
+        """Add rows at the bottom, keeping at most :attr:`MAX_ROWS` (the oldest go, a batch at a time).
+
+        Only the new rows are inserted, so a view following the bottom scrolls
+        and paints just them, not every visible row as a reset would.
+        """
+        if not entries:
+            return
+        if len(entries) >= self.MAX_ROWS:
+            self.set_entries(self._rows + entries, self._t0)
+            return
+        over = len(self._rows) + len(entries) - self.MAX_ROWS
+        if over > 0:
+            drop = min(len(self._rows), max(over, self.TRIM_BATCH))
+            self.beginRemoveRows(QtCore.QModelIndex(), 0, drop - 1)
+            del self._rows[:drop]
+            self.endRemoveRows()
+        n = len(self._rows)
+        self.beginInsertRows(QtCore.QModelIndex(), n, n + len(entries) - 1)
+        self._rows.extend(entries)
+        self.endInsertRows()
 
     def rowCount(self, parent: QtCore.QModelIndex | QtCore.QPersistentModelIndex = QtCore.QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self._rows)
@@ -163,6 +190,8 @@ class TrafficView(QtWidgets.QWidget):
         self.total = 0
         self._t0: float | None = None
         self._shown: tuple[int, TrafficStats] | None = None
+        self._new: list[TrafficEntry] = []  # entries added since the table last took them
+        self._rebuild = True
         self._filter = ""
         self.model = TrafficModel(self)
         self.table = QtWidgets.QTableView()
@@ -218,6 +247,7 @@ class TrafficView(QtWidgets.QWidget):
         self.total = 0
         self._t0 = None
         self._shown = None
+        self._new, self._rebuild = [], True
         self.refresh()
 
     def add(self, entries: Iterable[TrafficEntry], stats: TrafficStats, t: float | None = None) -> None:
@@ -228,17 +258,23 @@ class TrafficView(QtWidgets.QWidget):
         self.entries.extend(new)
         self.total += len(new)
         self.stats = stats
+        if not self._rebuild:
+            self._new.extend(new)
+            if len(self._new) > self.model.MAX_ROWS:  # more than the table holds: rebuild it from the newest
+                self._new, self._rebuild = [], True
 
-    def filtered(self) -> list[TrafficEntry]:
-        """Entries whose method name contains the filter text (case-insensitive)."""
+    def filtered(self, entries: Iterable[TrafficEntry] | None = None) -> list[TrafficEntry]:
+        """Entries (default: all kept) whose method name contains the filter text (case-insensitive)."""
+        src = self.entries if entries is None else entries
         if not self._filter:
-            return list(self.entries)
+            return list(src)
         needle = self._filter.lower()
-        return [e for e in self.entries if needle in e.method.lower()]
+        return [e for e in src if needle in e.method.lower()]
 
     def _on_filter(self, text: str) -> None:
         self._filter = text.strip()
         self._shown = None
+        self._new, self._rebuild = [], True
         self.refresh()
 
     def refresh(self) -> None:
@@ -247,7 +283,12 @@ class TrafficView(QtWidgets.QWidget):
         if key == self._shown:
             return
         self._shown = key
-        self.model.set_entries(self.filtered(), self._t0 or 0.0)
+        if self._rebuild:
+            self.model.set_entries(self.filtered(), self._t0 or 0.0)
+            self._rebuild = False
+        else:
+            self.model.append_entries(self.filtered(self._new))
+        self._new = []
         if self.follow_check.isChecked():
             self.table.scrollToBottom()
         st = self.stats

@@ -106,3 +106,30 @@ def test_all_columns_fit_the_default_dock_width(view, qtbot) -> None:
     assert model.data(model.index(0, 3)) == "3551:12"  # a trainer's id: pid in the high half, a count in the low
     assert "58622008623122" in model.data(model.index(0, 3), Qt.ItemDataRole.ToolTipRole)
     assert model.data(model.index(0, 1), Qt.ItemDataRole.ToolTipRole) == "trainer → engine (main ring)"
+
+
+def test_new_entries_are_appended_and_the_oldest_trimmed_in_batches(view, segment_factory, monkeypatch) -> None:
+    """Each refresh inserts only the new rows (no model reset); past MAX_ROWS a batch of the oldest goes."""
+    monkeypatch.setattr(type(view.model), "MAX_ROWS", 50)
+    monkeypatch.setattr(type(view.model), "TRIM_BATCH", 20)
+    seg = segment_factory(cmd_ring_size=65536)
+    h = seg.header
+    c2s = RingWriter(seg.buf, h.cmd_c2s_offset, h.cmd_ring_size)
+    log = TrafficLog(seg)
+    resets: list[int] = []
+    cid = 0
+    for batch in (10, 10, 35, 3):
+        for _ in range(batch):
+            cid += 1
+            c2s.push(encode(Envelope(m.MethodId.GetSceneInfoReq, cid, m.GetSceneInfoReq(), sent_ns=cid)))
+        feed(view, log)
+        if cid == 10:  # the first fill builds the table; from then on rows are appended
+            view.model.modelReset.connect(lambda: resets.append(1))
+    ids = [view.model.entry(r).correlation_id for r in range(view.model.rowCount())]
+    assert ids == list(range(cid - len(ids) + 1, cid + 1))  # newest last, in order, none twice
+    assert 30 <= len(ids) <= 50  # trimmed by a batch, never over MAX_ROWS
+    assert resets == []  # appends only: a reset repaints every visible row
+    view.filter_edit.setText("Resp")  # a new filter rebuilds from what the view keeps
+    assert view.model.rowCount() == 0 and resets == [1]
+    view.filter_edit.setText("")
+    assert view.model.rowCount() == min(50, cid)
