@@ -33,7 +33,7 @@ from ..protocol.errors import ForeignSegment, HeaderError, LuckyMonitorError
 from ..protocol.header import Header
 from ..protocol.seqlock import hot_read, seqlock_read
 from ..transport.discovery import newest_live, pid_alive
-from ..transport.shm import Live, Segment
+from ..transport.shm import Live, ReadPlan, Segment
 
 
 class LinkState(enum.Enum):
@@ -116,6 +116,12 @@ class Rates:
         n = self.polls_engine_turn + self.polls_trainer_turn
         return self.polls_engine_turn / n if n else None
 
+    def copy(self) -> Rates:
+        """A snapshot (``dataclasses.replace`` does the same at several times the cost, every poll)."""
+        return Rates(
+            self.frames_per_s, self.images_per_s, self.polls_engine_turn, self.polls_trainer_turn, self.polls_free_run
+        )
+
 
 @dataclass
 class Counters:
@@ -127,6 +133,12 @@ class Counters:
     frames_seen: int = 0
     frames_skipped: int = 0
     late_polls: int = 0  # polls that came later than 1.5 poll periods after the previous one
+
+    def copy(self) -> Counters:
+        """A snapshot (see :meth:`Rates.copy`)."""
+        return Counters(
+            self.torn_images, self.torn_hot, self.images_copied, self.frames_seen, self.frames_skipped, self.late_polls
+        )
 
 
 #: Called under the image seqlock with the attached segment; copies what it needs through
@@ -158,6 +170,8 @@ class _Attached:
     client_since: float = 0.0  # when client_pid last changed
     samples: collections.deque[tuple[float, int, int]] = field(default_factory=lambda: collections.deque(maxlen=256))
     turns: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=120))
+    hot_plan: ReadPlan | None = None  # the hot arrays' copy: one preadv where the layout allows
+    seqs: tuple[int, int] = (0, 0)  # (frame_seq, action_seq) of the last combined read
 
 
 class MonitorCore:
@@ -329,6 +343,13 @@ class MonitorCore:
             frame_changed_at=now,
             last_heartbeat=seg.read_counter("heartbeat_ns"),
         )
+        att = self._att
+        parts = [(h.rewards_offset, att.rewards), (h.dones_offset, att.dones)]
+        if att.truncateds is not None and h.truncateds_offset:
+            parts.append((h.truncateds_offset, att.truncateds))
+        if att.obs is not None:
+            parts.append((h.obs_offset, att.obs))
+        att.hot_plan = ReadPlan(parts)
         if seg.images is not None and self.image_sink is None:
             self.images = np.zeros(seg.images.shape, np.uint8)
         else:
@@ -426,8 +447,8 @@ class MonitorCore:
             # idle, not writing: spinning for the trainer's turn would only burn the CPU it needs.
             share = self.rates.engine_share
             res = hot_read(
-                lambda: counter("frame_seq"),
-                lambda: counter("action_seq"),
+                lambda: self._read_seqs(att),
+                lambda: att.seqs[1],  # read with frame_seq, in the same pread
                 lambda: self._copy_hot(att),
                 free_run=free_run,
                 spin_s=0.0 if share is not None and share > 0.8 else 0.0005,
@@ -489,14 +510,14 @@ class MonitorCore:
         return att.client_alive
 
     @staticmethod
+    def _read_seqs(att: _Attached) -> int:
+        att.seqs = att.seg.read_seqs()
+        return att.seqs[0]
+
+    @staticmethod
     def _copy_hot(att: _Attached) -> None:
-        seg, h = att.seg, att.header
-        seg.read_region(h.rewards_offset, att.rewards)
-        seg.read_region(h.dones_offset, att.dones)
-        if att.truncateds is not None and h.truncateds_offset:
-            seg.read_region(h.truncateds_offset, att.truncateds)
-        if att.obs is not None:
-            seg.read_region(h.obs_offset, att.obs)
+        assert att.hot_plan is not None
+        att.seg.read_plan(att.hot_plan)
 
     def _update_rates(self, att: _Attached, now: float) -> None:
         samples = att.samples

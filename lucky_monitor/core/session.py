@@ -754,6 +754,11 @@ class MonitorSession:
         self._next_claim = 0.0
         self._pending: dict[int, tuple[str, int]] = {}
         self._results: list[CommandResult] = []
+        self._commands_key: tuple[object, ...] | None = None
+        self._image_key: tuple[object, ...] | None = None  # what the last ImageFrame showed (see _tick)
+        self._commands = CommandsState()
+        self._traffic_stats_of: tuple[TrafficLog | None, int] = (None, -1)
+        self._traffic_stats_value = _NO_TRAFFIC
         self._last_draw: dict[str, DrawReq] = {}
         self._repeat: tuple[str, float] = ("", 0.0)
         self._repeat_next = 0.0
@@ -1589,8 +1594,18 @@ class MonitorSession:
         live = link.live  # one value per poll, read by the link
         image = None
         g = self._grid
-        if g is not None and g.has_frame and g.front is not None and self._header is not None:
-            prev = self._last_image
+        prev = self._last_image
+        if (
+            not new_image
+            and prev is not None
+            and g is not None
+            and self._header is not None
+            and self._image_key == (g.front, self._display, self._src_format, self._bottom_up)
+        ):
+            # Nothing new to show and nothing changed about how: the last frame, marked as not new.
+            image = prev if not prev.new else replace(prev, new=False)
+        elif g is not None and g.has_frame and g.front is not None and self._header is not None:
+            self._image_key = (g.front, self._display, self._src_format, self._bottom_up)
             image = ImageFrame(
                 grid=_ro(g.front.grid),
                 layout=g.geometry,
@@ -1605,23 +1620,30 @@ class MonitorSession:
                 new=new_image,
             )
         self._last_image = image
-        results = tuple(
-            r if r.text.isprintable() and len(r.text) <= 200 else replace(r, text=safe_text(r.text))
-            for r in self._results
-        )
-        self._results = []
+        results: tuple[CommandResult, ...] = ()
+        if self._results:
+            results = tuple(
+                r if r.text.isprintable() and len(r.text) <= 200 else replace(r, text=safe_text(r.text))
+                for r in self._results
+            )
+            self._results = []
         tools = self._tools
         if not (tools.reason.isprintable() and len(tools.reason) <= 200):
             tools = replace(tools, reason=safe_text(tools.reason))
-        pend = self._pending.values()
-        commands = CommandsState(
-            pending_services=frozenset(t for k, t in pend if k == "service"),
-            sim_pending=any(k == "sim" for k, _ in pend),
-            draw_pending=any(k in (*DRAW_KINDS, "clear") for k, _ in pend),
-            repeat_kind=self._repeat[0],
-            repeat_hz=self._repeat[1],
-            draws_answered=self._draws_answered,
-        )
+        # The same CommandsState object while nothing about the commands changed: a view can compare by identity.
+        key = (tuple(self._pending.values()), self._repeat, self._draws_answered)
+        if key != self._commands_key:
+            self._commands_key = key
+            pend = key[0]
+            self._commands = CommandsState(
+                pending_services=frozenset(t for k, t in pend if k == "service"),
+                sim_pending=any(k == "sim" for k, _ in pend),
+                draw_pending=any(k in (*DRAW_KINDS, "clear") for k, _ in pend),
+                repeat_kind=self._repeat[0],
+                repeat_hz=self._repeat[1],
+                draws_answered=self._draws_answered,
+            )
+        commands = self._commands
         return Tick(
             t=now,
             seq=self._seq,
@@ -1637,8 +1659,8 @@ class MonitorSession:
             heartbeat_age_s=link.heartbeat_age,
             engine_alive=link.engine_alive,
             trainer_alive=link.trainer_alive,
-            rates=replace(link.rates),
-            counters=replace(link.counters),
+            rates=link.rates.copy(),
+            counters=link.counters.copy(),
             reattached=link.reattached,
             frame=fd,
             image=image,
@@ -1657,7 +1679,17 @@ class MonitorSession:
         )
 
     def _traffic_stats(self) -> TrafficStats:
-        return TrafficStats() if self._traffic is None else TrafficStats.of(self._traffic)
+        """The taps' counts; the same object until the log changes (built once per change, not per poll)."""
+        log = self._traffic
+        if log is None:
+            return _NO_TRAFFIC
+        if log is not self._traffic_stats_of[0] or log.version != self._traffic_stats_of[1]:
+            self._traffic_stats_of = (log, log.version)
+            self._traffic_stats_value = TrafficStats.of(log)
+        return self._traffic_stats_value
+
+
+_NO_TRAFFIC = TrafficStats()
 
 
 def _ro(a: np.ndarray) -> np.ndarray:

@@ -468,6 +468,8 @@ class MonitorBackend(QObject):
         self._services = ServiceListModel(self)
         self._generation: int | None = None
         self._next_live = 0.0
+        self._shown_key: tuple[object, ...] | None = None
+        self._shown_commands: object = None
         self._selected: str | None = None
         self._segment_rows: tuple[SegmentEntry, ...] | None = None
 
@@ -498,6 +500,27 @@ class MonitorBackend(QObject):
             self._generation = tick.generation
             self._on_attach(tick.header)
             self._next_live = 0.0
+            self._shown_key = None
+        # The session hands over the same state texts, ToolsState and CommandsState objects while
+        # nothing changed: compare those (identity first) and skip what is already shown.
+        key = (tick.name, tick.state, tick.text, tick.reason, tick.notice, tick.header is None, tick.tools)
+        if key != self._shown_key:
+            self._shown_key = key
+            self._apply_state(tick)
+        if tick.commands is not self._shown_commands:
+            self._shown_commands = tick.commands
+            self._apply_commands(tick)
+        for r in tick.results:
+            self._apply_result(r)
+        if tick.t >= self._next_live or tick.header is None:
+            self._next_live = tick.t + self.LIVE_PERIOD_S
+            self._apply_live(tick)
+        if tick.segments_changed or self._segment_rows is None or tick.selected != self._selected:
+            self._selected = tick.selected
+            self._segment_rows = tick.segments
+            self._apply_segments(tick.segments, tick.selected)
+
+    def _apply_state(self, tick: Tick) -> None:
         self._set(
             segmentName=tick.name or "",
             state=tick.state.value,
@@ -517,16 +540,6 @@ class MonitorBackend(QObject):
             else (f"{bytes_text(tools.ring_size)} ×2" if tools.exported else "none"),
             toolsOwnerText=_DASH if tick.header is None else tools.owner_text,
         )
-        self._apply_commands(tick)
-        for r in tick.results:
-            self._apply_result(r)
-        if tick.t >= self._next_live or tick.header is None:
-            self._next_live = tick.t + self.LIVE_PERIOD_S
-            self._apply_live(tick)
-        if tick.segments_changed or self._segment_rows is None or tick.selected != self._selected:
-            self._selected = tick.selected
-            self._segment_rows = tick.segments
-            self._apply_segments(tick.segments, tick.selected)
 
     # ------------------------------------------------------------ slots: connection
     @Slot(str)
@@ -552,6 +565,7 @@ class MonitorBackend(QObject):
         if not 0 <= bit < len(Service) or self._session is None:
             return
         self._services.update_row(bit, pending=True, lastResult="waiting…", resultKind="pending")
+        self._shown_commands = None  # the next tick settles the pending marks
         self._session.set_service(bit, bool(enabled))
 
     @Slot(int)
@@ -560,6 +574,7 @@ class MonitorBackend(QObject):
         if self._session is None:
             return
         self._set(simModePending=True, simModeResult="waiting…", simModeResultKind="pending")
+        self._shown_commands = None  # the next tick settles the pending marks
         self._session.set_sim_mode(int(mode))
 
     @Slot(float, float, float, float, float, float, float, float, float, float, bool)
@@ -623,6 +638,7 @@ class MonitorBackend(QObject):
             return
         if self._session.draw(kind, **values):
             self._set(drawPending=True)
+            self._shown_commands = None  # the next tick settles the pending marks
 
     def _set(self, **values: Any) -> None:
         """Store values; emit each touched group's signal once if something changed."""

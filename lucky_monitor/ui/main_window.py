@@ -50,9 +50,11 @@ from .traffic_view import TrafficView
 
 POLL_HZ = 60
 DEFAULT_CPU_BUDGET = 10.0  # % of one core
-BUDGET_EVERY = 6  # ticks: the process CPU clock is read at 10 Hz
+BUDGET_EVERY = 15  # ticks: the CPU clocks (the process, its helpers' /proc, the machine's idle) are read at 4 Hz
 DUE_SLACK_S = 0.25 / POLL_HZ  # a tick this early still counts as on time (timer jitter)
-TRAFFIC_EVERY = 12  # ticks: the traffic table repaints at 5 Hz (the taps are read every tick)
+#: The traffic table, the grid's counter line and the status bar's figures refresh at the panels' rate
+#: in force, at most this often (the taps and counters are read every tick whatever the rate).
+DECOR_MAX_HZ = 5.0
 PLOTS_SHARE = 0.58  # of the centre's height, until the user moves the splitter (three plots >= 120 px at 1600x1000)
 
 
@@ -109,6 +111,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.stats = RunStats(time.monotonic(), self._cpu_s(), cpu_budget)
         self._next_plot = 0.0
         self._next_image = 0.0
+        self._next_decor = 0.0
+        self._seen_image: object = None
         self._image_held = False  # a new image came while presentation was not due
         self._shown_meta: tuple[int, int, int] | None = None
         self._shown_geometry: tuple[float, ...] | None = None
@@ -321,7 +325,9 @@ class MainWindow(QtWidgets.QMainWindow):
         now = tick.t
         if not self._paused:
             image = tick.image
-            if image is not None:
+            # The session hands over the same ImageFrame while nothing changed: then only a held image is news.
+            if image is not None and (image is not self._seen_image or self._image_held):
+                self._seen_image = image
                 self._image_held = self._image_held or image.new
                 geometry_changed = self._shown_geometry != (*_geometry(image.layout), image.step)
                 if geometry_changed or (self._image_held and now + DUE_SLACK_S >= self._next_image):
@@ -342,13 +348,16 @@ class MainWindow(QtWidgets.QMainWindow):
             self._next_plot = self._due(self._next_plot, now, rates.plots_hz)
             self.plots.set_sampling_cause(self._sampling_cause(tick))
             self.plots.update_view()
-        if self._ticks % TRAFFIC_EVERY == 0 and not self._paused:
-            self.traffic.refresh()
-            if self._shown_meta is not None:  # the grid's counters, throttled per frame, catch up
-                self.grid.set_meta(*self._shown_meta)
+        decor = now + DUE_SLACK_S >= self._next_decor
+        if decor:
+            self._next_decor = self._due(self._next_decor, now, min(DECOR_MAX_HZ, rates.panel_hz))
+            if not self._paused:
+                self.traffic.refresh()
+                if self._shown_meta is not None:  # the grid's counters, throttled per frame, catch up
+                    self.grid.set_meta(*self._shown_meta)
         if self._ticks % BUDGET_EVERY == 0 and self.budget.update(time.monotonic(), self._cpu_s(), machine_idle_s()):
             self._update_status(tick)
-        if self._ticks % 15 == 0 or tick.state != getattr(self, "_shown_state", None):
+        elif decor or tick.state != getattr(self, "_shown_state", None):
             self._shown_state = tick.state
             self._update_status(tick)
         self._tick_cost = time.perf_counter() - t0

@@ -15,6 +15,7 @@ from lucky_monitor.protocol.errors import (
     BadMagic,
     HeaderError,
     LuckyMonitorError,
+    SegmentGone,
     SegmentNotFound,
     TransportError,
     TruncatedSegment,
@@ -23,6 +24,7 @@ from lucky_monitor.protocol.header import HEADER_SIZE, LIVE_FIELDS, OFFSET
 from lucky_monitor.transport.shm import (
     InvalidSegmentName,
     Live,
+    ReadPlan,
     Segment,
     SegmentExists,
     TrainerSegment,
@@ -119,6 +121,37 @@ def test_counters_and_live_read_the_header_live(engine) -> None:
         assert seg.session_id == engine.header.session_id
         assert seg.path == shm_path(engine.name) == os.path.join("/dev/shm", engine.name)
         assert seg.inode == os.stat(seg.path).st_ino
+
+
+def test_read_plan_fills_every_region_in_one_call_per_group(engine) -> None:
+    h = engine.header
+    rewards, dones = np.zeros(3, np.float32), np.zeros(3, np.uint8)
+    truncs, obs = np.zeros(3, np.uint8), np.zeros((3, 5), np.float32)
+    parts = [(h.truncateds_offset, truncs), (h.rewards_offset, rewards), (h.obs_offset, obs), (h.dones_offset, dones)]
+    with Segment.attach(engine.name) as seg:
+        plan = ReadPlan(parts)
+        assert len(plan.groups) == 1  # the hot arrays lie within a few KiB: one preadv
+        seg.read_plan(plan)
+        np.testing.assert_array_equal(rewards, [0.5, 1.5, 2.5])
+        np.testing.assert_array_equal(dones, [0, 1, 0])
+        np.testing.assert_array_equal(truncs, [1, 0, 0])
+        np.testing.assert_array_equal(obs, np.arange(15, dtype=np.float32).reshape(3, 5))
+        engine.rewards[:] = [9.0, 8.0, 7.0]
+        seg.read_plan(plan)  # the plan is kept and read again each poll
+        np.testing.assert_array_equal(rewards, [9.0, 8.0, 7.0])
+        apart = ReadPlan(parts, max_gap=0)  # no bytes between regions allowed: a call per region
+        assert len(apart.groups) == 4
+        rewards[:] = 0
+        seg.read_plan(apart)
+        np.testing.assert_array_equal(rewards, [9.0, 8.0, 7.0])
+        assert seg.read_seqs() == (7, 6)
+        engine.set("frame_seq", 2**64 - 1)
+        assert seg.read_seqs() == (2**64 - 1, 6)
+        os.truncate(engine.path, h.rewards_offset + 4)  # rewards cut short: the read says so, no SIGBUS
+        with pytest.raises(SegmentGone):
+            seg.read_plan(plan)
+    with pytest.raises(ValueError, match="overlap"):
+        ReadPlan([(4096, np.zeros(8, np.uint8)), (4100, np.zeros(8, np.uint8))])
 
 
 def test_reader_subprocess_leaves_the_segment_alone(engine, subprocess_env) -> None:
