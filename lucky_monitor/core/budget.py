@@ -15,9 +15,14 @@ How it decides:
   seconds taken *since the last change of rung* (readings from another rung
   say nothing about this one); no decision before ``settle_s`` of them;
 * above the budget it steps down one rung (two over 1.5× the budget, three
-  over 2.5×, so a window that starts far over settles within seconds);
-  below ``low × budget`` it steps up one rung. Between the two thresholds
-  nothing changes (hysteresis);
+  over 2.5×, so a window that starts far over settles within seconds):
+  when one reading is over by more than ``tolerance`` (5 %: a reading is
+  noisy by about half a percent of a core), or the mean of the rung's
+  readings so far is over;
+  it steps up one rung when that rung should fit: by what it cost when last
+  measured (within ``memory_s``), or, between image rates, by what an image
+  a second cost between two measured rungs; with nothing to go by, below
+  ``low × budget``. Otherwise nothing changes (hysteresis);
 * a step up that has to be undone within ``backoff_window_s`` (the rung above
   was too costly after all) doubles the time it waits before it tries that
   again (``hold_up_s``, up to ``max_hold_s``); a step up that holds resets it. So a
@@ -96,7 +101,9 @@ class Rates:
 
 #: Rungs from the full rates to the floor (images ≥ 2 Hz, plots ≥ 0.5 Hz, panel ≥ 1 Hz). Every
 #: image is shown as long as plots and panels can give way: they are cut to a refresh every
-#: two seconds and every second before the first image is skipped.
+#: two seconds and every second before the first image is skipped. Then the image rate steps
+#: down in small steps near a camera's usual rates (45, 40, 30, 25 Hz ...), so the window
+#: settles on the highest rate that fits rather than halving it.
 LADDER: tuple[Rates, ...] = (
     Rates(60, 10, 10),
     Rates(60, 5, 10),
@@ -105,8 +112,12 @@ LADDER: tuple[Rates, ...] = (
     Rates(60, 1, 5),
     Rates(60, 1, 2),
     Rates(60, 0.5, 1),
+    Rates(45, 0.5, 1),
+    Rates(40, 0.5, 1),
     Rates(30, 0.5, 1),
+    Rates(25, 0.5, 1),
     Rates(20, 0.5, 1),
+    Rates(15, 0.5, 1),
     Rates(10, 0.5, 1),
     Rates(5, 0.5, 1),
     Rates(2, 0.5, 1),
@@ -136,6 +147,13 @@ class CpuBudget:
     to a short deque and decides at most once per ``settle_s``).
     """
 
+    #: One reading steps down only above this many budgets (a reading of the process CPU over ~1.5 s
+    #: varies by about half a percent of a core); the mean of a rung's readings, above one budget.
+    tolerance = 1.05
+    #: A rung measured within this many seconds is judged by what it cost then (see :meth:`_fits_above`) ...
+    memory_s = 30.0
+    #: ... and fits when that was at most this share of the budget.
+    fit = 0.95
     #: Below this much idle CPU (in cores, over the last readings) the machine counts as saturated ...
     SATURATED_IDLE_CORES = 0.5
     #: ... and the budget in force is this share of the one asked for.
@@ -174,6 +192,7 @@ class CpuBudget:
         self._changed_at: float | None = None
         self._last_up_at: float | None = None
         self._hold = hold_up_s
+        self._measured: dict[int, tuple[float, float, int]] = {}  # level -> (mean usage there, when, readings)
 
     @property
     def limited(self) -> bool:
@@ -231,20 +250,57 @@ class CpuBudget:
             self.over_budget = False
             return False
         usage, budget = self.usage_pct, self.effective_pct
+        seen = self._measured.get(self.level)
+        if seen is None or now - seen[1] > self.memory_s:
+            mean, n = usage, 1
+        else:  # a rung's cost: the mean of its readings (one reading is noisy by about half a percent)
+            mean, n = seen[0] + 0.3 * (usage - seen[0]), seen[2] + 1
+        self._measured[self.level] = (mean, now, n)
+        # Over: one reading well over, or the rung's mean over once it has a few readings.
+        over = usage > self.tolerance * budget or (n >= 3 and mean > budget)
         self.over_budget = self.at_floor and usage > budget
         if self._last_up_at is not None and now - self._last_up_at > self.backoff_window_s:
             self._hold = self.hold_up_s  # the last step up held: be quick to step up again
             self._last_up_at = None
-        if usage > budget and not self.at_floor:
+        if over and not self.at_floor:
             if self._last_up_at is not None:
                 self._hold = min(self.max_hold_s, self._hold * 2)  # the step up did not fit: wait longer next time
                 self._last_up_at = None
             steps = 1 if usage <= 1.5 * budget else 2 if usage <= 2.5 * budget else 3
             return self._move(min(len(self.ladder) - 1, self.level + steps), now)
-        if usage < self.low * budget and self.level > 0 and now - self._changed_at >= self._hold:
+        if self.level > 0 and now - self._changed_at >= self._hold and self._fits_above(usage, budget, now):
             self._last_up_at = now
             return self._move(self.level - 1, now)
         return False
+
+    def _fits_above(self, usage: float, budget: float, now: float) -> bool:
+        """Whether the rung above should fit the budget.
+
+        Its usage as measured there within :attr:`memory_s`; else, on the
+        images part of the ladder, this rung's usage plus what an image a
+        second cost between two rungs measured within :attr:`memory_s`
+        (usage grows about linearly with the image rate: a copy and a paint
+        per image); else (nothing to go by) usage below ``low`` × budget.
+        The first two let the window settle on the highest image rate that
+        fits instead of one that leaves 30 % of the budget unused.
+        """
+        recent = {lv: u for lv, (u, t, _) in self._measured.items() if now - t <= self.memory_s}
+        above = self.level - 1
+        if above in recent:
+            return recent[above] <= self.fit * budget
+        here, up = self.ladder[self.level], self.ladder[above]
+        same_rest = [
+            lv
+            for lv in recent
+            if (self.ladder[lv].plots_hz, self.ladder[lv].panel_hz) == (here.plots_hz, here.panel_hz)
+            and self.ladder[lv].images_hz != here.images_hz
+        ]
+        if (up.plots_hz, up.panel_hz) == (here.plots_hz, here.panel_hz) and same_rest:
+            other = min(same_rest, key=lambda lv: abs(lv - self.level))  # the nearest measured rung
+            per_hz = (recent[other] - usage) / (self.ladder[other].images_hz - here.images_hz)
+            if per_hz > 0:
+                return usage + per_hz * (up.images_hz - here.images_hz) <= self.fit * budget
+        return usage < self.low * budget
 
     def _move(self, level: int, now: float) -> bool:
         changed = level != self.level

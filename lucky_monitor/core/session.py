@@ -1310,15 +1310,19 @@ class MonitorSession:
     def _inspect_rest(self, now: float, seg: Any, live: LiveFields | None) -> None:
         """The actions (in the engine's turn), the image checks and the statistics when due."""
         scanner = self._scanner
-        counter = seg.read_counter
         act = self._act
         h = self._header
         if live is not None and live.client_pid != 0 and act is not None and act.size and h is not None:
-            if counter("action_seq") != self._act_frame:
+            if live.action_seq != self._act_frame:  # this poll's reading: a newer step is caught by the next
                 at = h.act_offset
-                r = engine_turn_read(
-                    lambda: counter("frame_seq"), lambda: counter("action_seq"), lambda: seg.read_region(at, act)
-                )
+                seqs = (0, 0)
+
+                def frame_seq() -> int:
+                    nonlocal seqs
+                    seqs = seg.read_seqs()  # action_seq comes with it, from the same pread
+                    return int(seqs[0])
+
+                r = engine_turn_read(frame_seq, lambda: seqs[1], lambda: seg.read_region(at, act))
                 if r.ok:
                     self._act_frame = r.action_seq
                     scanner.check("actions", r.action_seq, act)
