@@ -531,7 +531,10 @@ class GridDisplay:
             region = self.geometry.tiles_in(view.x0, view.y0, view.x1, view.y1)
         flip = bottom_up != o.flip_rows
         spans = self._spans(region)
-        if self.tile == self.shape[1:3]:
+        _, h, w, c = self.shape
+        if self.tile == (h, w) or sum(e - s for s, e in spans) * h * w * c <= self.SAMPLE_CHUNK_BYTES:
+            # The tiles in view, at their size, in one read; the tiler shrinks them into the grid itself
+            # (no intermediate buffer of shrunk tiles: a frame touches fewer bytes).
             src = self._buffer("_mirror", self.shape)
             for start, stop in spans:
                 seg.read_images(src, start, stop)
@@ -545,6 +548,7 @@ class GridDisplay:
             flip_rows=flip,
             swap_rb=o.swap_rb,
             show_alpha=o.show_alpha,
+            step=None,  # images of the tiles' size, or larger: shrunk into the tiles
             region=region,
         )
 
