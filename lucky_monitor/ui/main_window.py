@@ -55,6 +55,7 @@ DUE_SLACK_S = 0.25 / POLL_HZ  # a tick this early still counts as on time (timer
 #: The traffic table, the grid's counter line and the status bar's figures refresh at the panels' rate
 #: in force, at most this often (the taps and counters are read every tick whatever the rate).
 DECOR_MAX_HZ = 5.0
+ALARM_TIP = "alarms: NaN, ±Inf or large values, image-region findings (click: the inspector lists them)"
 PLOTS_SHARE = 0.58  # of the centre's height, until the user moves the splitter (three plots >= 120 px at 1600x1000)
 
 
@@ -178,7 +179,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.alarm_button = QtWidgets.QPushButton("")
         self.alarm_button.setFlat(True)
         self.alarm_button.setVisible(False)
-        self.alarm_button.setToolTip("alarms: NaN, ±Inf or large values, image-region findings (opens the inspector)")
+        self.alarm_button.setToolTip(ALARM_TIP)
         self.alarm_button.setStyleSheet(f"color: {pal.BAD}; font-weight: bold;")
         self.alarm_button.clicked.connect(self.show_inspector)
         self._alarm_version = -1
@@ -373,7 +374,9 @@ class MainWindow(QtWidgets.QMainWindow):
         n = len(a.recent)
         self.alarm_button.setVisible(n > 0)
         if n:
-            self.alarm_button.setText(f"⚠ {n} alarm{'s' if n != 1 else ''}: {a.recent[-1].text()}")
+            # Short, so the status bar fits at 1280 px; the newest alarm is the tooltip, the inspector lists them.
+            self.alarm_button.setText(f"⚠ {n} alarm{'s' if n != 1 else ''}")
+            self.alarm_button.setToolTip(f"newest: {a.recent[-1].text()}\n{ALARM_TIP}")
 
     def show_inspector(self) -> None:
         """Bring the inspector dock to the front."""

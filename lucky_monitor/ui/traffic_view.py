@@ -89,6 +89,11 @@ class TrafficModel(QtCore.QAbstractTableModel):
         self._t0 = t0
         self.endResetModel()
 
+    @property
+    def t0(self) -> float:
+        """The time the time column counts from."""
+        return self._t0
+
     def append_entries(self, entries: list[TrafficEntry]) -> None:
         """Add rows at the bottom, keeping at most :attr:`MAX_ROWS` (the oldest go, a batch at a time).
 
@@ -283,7 +288,7 @@ class TrafficView(QtWidgets.QWidget):
         if key == self._shown:
             return
         self._shown = key
-        if self._rebuild:
+        if self._rebuild or (self._t0 or 0.0) != self.model.t0:  # the time column counts from the first entry
             self.model.set_entries(self.filtered(), self._t0 or 0.0)
             self._rebuild = False
         else:

@@ -116,6 +116,7 @@ def test_new_entries_are_appended_and_the_oldest_trimmed_in_batches(view, segmen
     h = seg.header
     c2s = RingWriter(seg.buf, h.cmd_c2s_offset, h.cmd_ring_size)
     log = TrafficLog(seg)
+    view.clear()  # as the window does at each attach: an empty table first
     resets: list[int] = []
     cid = 0
     for batch in (10, 10, 35, 3):
@@ -125,6 +126,8 @@ def test_new_entries_are_appended_and_the_oldest_trimmed_in_batches(view, segmen
         feed(view, log)
         if cid == 10:  # the first fill builds the table; from then on rows are appended
             view.model.modelReset.connect(lambda: resets.append(1))
+            # the time column counts from the first entry, not from the clock's zero
+            assert float(view.model.data(view.model.index(0, 0))) < 5.0
     ids = [view.model.entry(r).correlation_id for r in range(view.model.rowCount())]
     assert ids == list(range(cid - len(ids) + 1, cid + 1))  # newest last, in order, none twice
     assert 30 <= len(ids) <= 50  # trimmed by a batch, never over MAX_ROWS
