@@ -559,7 +559,8 @@ class GridDisplay:
     SAMPLER_MIN_BYTES = 4 << 20
 
     #: Bytes of the image region read per ``pread`` on the downscaled path: a chunk that stays in
-    #: the cache while it is sampled (measured: 256 envs of 64x64 RGB beat 64 and 1024).
+    #: the cache while it is sampled (measured: 256 envs of 64x64 RGB beat 64 and 1024). Tiles in
+    #: view that fit in one chunk are read at once and shrunk by the tiler straight into the grid.
     SAMPLE_CHUNK_BYTES = 3 << 20
 
     def _sample(self, seg: Segment, spans: list[tuple[int, int]], flip: bool, out: np.ndarray) -> None:
