@@ -16,8 +16,9 @@ line with:
   ``frame_parts_median_ms`` splits it into ``poll`` (which includes the
   copy-and-tile), ``present`` and ``repaint``.
 * ``tick_ms`` / ``tick_p90_ms`` - ``win.tick()`` + the same repaint: the whole
-  60 Hz tick (history, QML backend every 2nd tick, plots every 4th, traffic
-  every 12th, status every 15th) on a new frame.
+  60 Hz tick (history, traffic taps, and whatever the CPU budget's rates make
+  due that tick: plots, panels, the traffic table and status figures) on a
+  new frame.
 * ``bare_grid_ms`` - the same poll-free steps on a bare ``ImageGridWidget``
   (1200x600, shown): ``seqlock_read`` around ``copy_frame`` + ``present`` +
   repaint, to separate the grid from the window around it.
