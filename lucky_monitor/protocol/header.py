@@ -145,7 +145,8 @@ class LiveFields:
 assert tuple(LiveFields.__dataclass_fields__) == LIVE_FIELDS
 
 
-def _struct_for(fields: tuple[tuple[str, int, str], ...]) -> struct.Struct:
+def struct_for(fields: tuple[tuple[str, int, str], ...]) -> struct.Struct:
+    """One little-endian struct over ``(name, offset, code)`` fields in offset order, padding the gaps."""
     fmt, pos = "<", 0
     for _, off, code in fields:
         if off > pos:
@@ -155,7 +156,7 @@ def _struct_for(fields: tuple[tuple[str, int, str], ...]) -> struct.Struct:
     return struct.Struct(fmt)
 
 
-_STRUCT = _struct_for(FIELDS)
+_STRUCT = struct_for(FIELDS)
 assert _STRUCT.size == 340  # layout self-check at import
 
 IMAGE_FLAG_BOTTOM_UP = 1

@@ -478,16 +478,10 @@ _PREAD_OK = platform_kind() == "dir" and hasattr(os, "preadv")
 
 def _live_struct() -> struct.Struct:
     """One struct over the header's first bytes that unpacks exactly :data:`LIVE_FIELDS`, in order."""
-    fields = sorted((hdr.OFFSET[f], hdr.CODE[f], f) for f in LIVE_FIELDS)
-    if [f for _, _, f in fields] != list(LIVE_FIELDS):  # pragma: no cover - a layout edit would trip this
+    fields = tuple(sorted(((f, hdr.OFFSET[f], hdr.CODE[f]) for f in LIVE_FIELDS), key=lambda x: x[1]))
+    if [f for f, _, _ in fields] != list(LIVE_FIELDS):  # pragma: no cover - a layout edit would trip this
         raise AssertionError("LIVE_FIELDS must be listed in offset order")
-    fmt, pos = "<", 0
-    for off, code, _ in fields:
-        if off > pos:
-            fmt += f"{off - pos}x"
-        fmt += code
-        pos = off + struct.calcsize("<" + code)
-    return struct.Struct(fmt)
+    return hdr.struct_for(fields)
 
 
 _LIVE_STRUCT = _live_struct()
