@@ -152,3 +152,59 @@ def test_engine_gpu_obs_trainer_and_monitor_agree(subprocess_env) -> None:
     finally:
         eng.terminate()
         eng.wait(20)
+        eng.stdout.close()  # else a ResourceWarning, an error under filterwarnings = error
+
+
+def _stats_fields(st) -> dict[str, object]:
+    return {f: getattr(st, f) for f in ("mean", "std", "min", "max", "nonfinite", "heat", "heat_bad", "selected")}
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize(
+    ("envs", "dims", "poison"),
+    [(4096, 100, False), (1001, 7, True), (3, 5, True)],
+    ids=["finite-4096x100", "nonfinite-1001x7-padded", "nonfinite-3x5"],
+)
+def test_gpu_statistics_and_alarms_equal_numpy(envs: int, dims: int, poison: bool) -> None:
+    """region_stats and AlarmScanner.check on a cupy array give what they give on the same numpy array."""
+    from lucky_monitor.core.inspector import AlarmScanner, region_stats
+
+    cp = cupy_module()
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((envs, dims)).astype(np.float32)
+    if poison:
+        a[1, 0] = np.nan
+        a[2, 1] = np.inf
+        a[0, 2] = -np.inf
+        a[envs - 1, 3] = 3e7  # large, finite
+        a[:, dims - 1] = np.nan  # a dim with no finite value at all
+    sel = [0, 2, envs - 1, envs + 5]  # the last is out of range: dropped on both
+    host = region_stats("obs", 9, a, selected=sel)
+    dev = region_stats("obs", 9, cp.asarray(a), selected=sel, xp=cp)
+    assert (dev.band, dev.envs, dev.names, dev.frame_seq) == (host.band, host.envs, host.names, host.frame_seq)
+    for name, want in _stats_fields(host).items():
+        got = getattr(dev, name)
+        assert isinstance(got, np.ndarray) and got.dtype == want.dtype and got.shape == want.shape, name
+        if name in ("nonfinite", "heat_bad", "selected", "min", "max"):
+            np.testing.assert_array_equal(got, want, err_msg=name)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5 if name == "heat" else 1e-9, atol=1e-9, err_msg=name)
+    if poison:
+        assert np.isnan(dev.mean[dims - 1]) and dev.nonfinite[dims - 1] == envs
+        assert dev.nonfinite[:3].tolist() == [1, 1, 1]
+    acts = rng.uniform(-1, 1, (envs, 2)).astype(np.float32)
+    rew = rng.standard_normal(envs).astype(np.float32)
+    if poison:
+        rew[envs // 2] = -np.inf
+    sc_host, sc_dev = AlarmScanner(), AlarmScanner()
+    for region, arr in (("obs", a), ("actions", acts), ("rewards", rew)):
+        assert sc_dev.check(region, 9, cp.asarray(arr)) == sc_host.check(region, 9, arr)
+    s_host, s_dev = sc_host.state(), sc_dev.state()
+    assert s_dev.recent == s_host.recent and s_dev.new == s_host.new
+    assert s_dev.nonfinite_total == s_host.nonfinite_total and s_dev.large_total == s_host.large_total
+    if poison:
+        assert s_dev.nonfinite_total == {"obs": envs + 3, "actions": 0, "rewards": 1}
+        assert s_dev.large_total == {"obs": 1, "actions": 0, "rewards": 0}
+    else:
+        assert s_dev.recent == ()
