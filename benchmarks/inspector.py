@@ -17,9 +17,11 @@ Cases (one JSON line each on stdout):
     refreshes these at 4 Hz at most.
 ``gpu`` (only with ``--gpu``)
     The same check and statistics on a cupy array on the GPU, with the
-    device-to-host copy of the results; and the time to open a CUDA IPC
-    handle of the obs buffer from a child process. Reports why it did not
-    run when cupy or a device is missing.
+    device-to-host copy of the results; the device-to-device copy of the obs
+    that the monitor makes each frame, and a device-to-host copy of the whole
+    obs for comparison; and, from a child process, the time to start CUDA
+    there and then to open a CUDA IPC handle of the obs buffer. Reports why
+    it did not run when cupy or a device is missing.
 
 Pairs are interleaved round by round so drift on a shared machine hits both
 sides alike; figures are medians with p99. No time is asserted.
@@ -147,8 +149,11 @@ import sys, time
 import cupy as cp
 h = bytes.fromhex(sys.argv[1])
 t0 = time.perf_counter()
+cp.cuda.runtime.free(0)  # the first CUDA call: starts the context
+t1 = time.perf_counter()
 ptr = cp.cuda.runtime.ipcOpenMemHandle(h)
-print(time.perf_counter() - t0)
+t2 = time.perf_counter()
+print(t1 - t0, t2 - t1)
 cp.cuda.runtime.ipcCloseMemHandle(ptr)
 """
 
@@ -166,6 +171,7 @@ def case_gpu(args: argparse.Namespace) -> None:
     d_obs, d_act, d_rew = cp.asarray(obs), cp.asarray(act), cp.asarray(rew)
     sc = AlarmScanner()
     host = np.empty_like(obs)
+    d_copy = cp.empty_like(d_obs)
     sel = list(range(8))
 
     def sync(f: Callable[[], object]) -> Callable[[], None]:
@@ -181,6 +187,7 @@ def case_gpu(args: argparse.Namespace) -> None:
                 lambda: (sc.check("obs", 1, d_obs), sc.check("actions", 1, d_act), sc.check("rewards", 1, d_rew))
             ),
             "stats": sync(lambda: region_stats("obs", 1, d_obs, selected=sel, xp=cp)),
+            "d2d": sync(lambda: cp.copyto(d_copy, d_obs)),
             "to_host": sync(lambda: d_obs.get(out=host)),
             "cpu_check": lambda: (sc.check("obs", 1, obs), sc.check("actions", 1, act), sc.check("rewards", 1, rew)),
         },
@@ -188,12 +195,14 @@ def case_gpu(args: argparse.Namespace) -> None:
         max(1, args.inner // 10),
     )
     handle = export_handle(d_obs)
-    opens = []
+    inits, opens = [], []
     for _ in range(3):
         out = subprocess.run(
             [sys.executable, "-c", CHILD, handle.hex()], capture_output=True, text=True, check=True, timeout=120
         )
-        opens.append(float(out.stdout.strip()))
+        init_s, open_s = (float(x) for x in out.stdout.split())
+        inits.append(init_s)
+        opens.append(open_s)
     emit(
         {
             "case": "gpu",
@@ -202,8 +211,10 @@ def case_gpu(args: argparse.Namespace) -> None:
             "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
             **summarize_us(t["check"], "gpu_check"),
             **summarize_us(t["stats"], "gpu_region_stats"),
+            **summarize_us(t["d2d"], "obs_copy_device_to_device"),
             **summarize_us(t["to_host"], "baseline_obs_to_host"),
             **summarize_us(t["cpu_check"], "baseline_cpu_check"),
+            "child_cuda_init_ms": [round(x * 1e3, 1) for x in inits],
             "ipc_open_ms": [round(x * 1e3, 1) for x in opens],
         }
     )
