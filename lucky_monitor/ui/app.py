@@ -128,6 +128,7 @@ def _run_window(args: argparse.Namespace, name: str | None, stats_path: str | No
         persist=not one_off,
         cpu_budget=10.0 if budget is None else float(budget),
         allow_other_user=bool(getattr(args, "allow_other_user", False)),
+        fit_screen=not args.screenshot,  # a picture is not bounded by a screen (offscreen: a notional one)
     )
     win.show()
     result: dict[str, str | None] = {"error": None}

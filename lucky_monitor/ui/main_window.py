@@ -57,6 +57,50 @@ DUE_SLACK_S = 0.25 / POLL_HZ  # a tick this early still counts as on time (timer
 DECOR_MAX_HZ = 5.0
 ALARM_TIP = "alarms: NaN, ±Inf or large values, image-region findings (click: the inspector lists them)"
 PLOTS_SHARE = 0.58  # of the centre's height, until the user moves the splitter (three plots >= 120 px at 1600x1000)
+DEFAULT_SIZE = (1600, 1000)  # the window at a first start, where the screen has room for it
+FRAME_BORDER = 4  # px each side: a window frame's border, before the window is shown and its frame known
+LAYOUT_RESET_S = 15.0  # how long the status bar says that a saved layout was set aside
+LAYOUT_RESET_TEXT = "saved layout did not fit this screen: default layout restored"
+
+
+def window_room(available: QtCore.QRect, title_bar: int = 0) -> QtCore.QSize:
+    """The largest window (without its frame) whose frame lies within a screen's ``available`` area.
+
+    The frame is not known before the window is shown: it is taken as a
+    title bar of ``title_bar`` px (the style's estimate, as Qt's own
+    ``restoreGeometry`` takes it) and a border of :data:`FRAME_BORDER` px.
+    """
+    return QtCore.QSize(
+        max(0, available.width() - 2 * FRAME_BORDER), max(0, available.height() - title_bar - 2 * FRAME_BORDER)
+    )
+
+
+def first_start_size(available: QtCore.QRect, title_bar: int = 0) -> QtCore.QSize:
+    """The window's size at a first start: :data:`DEFAULT_SIZE`, less where the screen has less room."""
+    return QtCore.QSize(*DEFAULT_SIZE).boundedTo(window_room(available, title_bar))
+
+
+def layout_fits(
+    available: QtCore.QRect, needed: QtCore.QSize, window: QtCore.QRect | None = None, title_bar: int = 0
+) -> bool:
+    """Whether a window whose layout needs ``needed`` (its minimum size) can be shown whole in ``available``.
+
+    Parameters
+    ----------
+    available
+        The screen's available geometry (without panels and docks of the desktop).
+    needed
+        The least size the window's layout allows (its docks, centre, menu and status bar).
+    window
+        Where the window was restored to, if it was (``None``: nowhere in particular, e.g. maximized);
+        a window wholly off ``available`` does not fit.
+    title_bar
+        The frame's title bar, in px (see :func:`window_room`).
+    """
+    room = window_room(available, title_bar)
+    if needed.width() > room.width() or needed.height() > room.height():
+        return False
+    return window is None or available.intersects(window)
 
 
 def _geometry(t: GridGeometry) -> tuple[int, ...]:
@@ -82,6 +126,11 @@ class MainWindow(QtWidgets.QMainWindow):
     allow_other_user
         Attach to a segment owned by another user (refused by default);
         passed to the session made here.
+    fit_screen
+        Size the window to its screen: a first start within the screen's
+        room, and a saved layout that cannot fit the screen set aside for the
+        default one (see :meth:`_restore_settings`). ``False`` for a
+        ``--screenshot`` run, whose picture is not bounded by a screen.
     """
 
     def __init__(
@@ -94,12 +143,14 @@ class MainWindow(QtWidgets.QMainWindow):
         session: MonitorSession | None = None,
         cpu_budget: float = DEFAULT_CPU_BUDGET,
         allow_other_user: bool = False,
+        fit_screen: bool = True,
     ) -> None:
         super().__init__()
+        self.fit_screen = fit_screen
         self.settings = settings or QtCore.QSettings("lucky-monitor", "lucky-monitor")
         self.persist = persist  # False for one-off runs (--columns, --screenshot): nothing is saved
         self.setWindowTitle("lucky-monitor")
-        self.resize(1600, 1000)
+        self.resize(*DEFAULT_SIZE)  # then fitted to the screen, or the saved geometry (_restore_settings)
         self.session = session or MonitorSession(name, allow_other_user=allow_other_user)
         self.history = History(1)
         self.last_tick: Tick | None = None
@@ -139,6 +190,7 @@ class MainWindow(QtWidgets.QMainWindow):
         split.splitterMoved.connect(self._splitter_moved)
         self._auto_split = True  # the plots keep PLOTS_SHARE of the height until the user drags the splitter
         self._docks_sized = False
+        self._notice = ""  # a status-bar message for the first show
         self.splitter = split
         self.setCentralWidget(split)
 
@@ -231,6 +283,9 @@ class MainWindow(QtWidgets.QMainWindow):
         if not self._docks_sized:
             self._docks_sized = True
             QtCore.QTimer.singleShot(0, self._size_docks)
+        if self._notice:  # shown now, not before: a message set on a hidden status bar leaves its widgets over it
+            self.statusBar().showMessage(self._notice, round(LAYOUT_RESET_S * 1000))
+            self._notice = ""
 
     def _size_docks(self) -> None:
         form = int(self.draw_form.rootObject().implicitHeight())
@@ -263,16 +318,71 @@ class MainWindow(QtWidgets.QMainWindow):
             view_menu.addAction(dock.toggleViewAction())
 
     def _restore_settings(self, columns: int | None) -> None:
+        """The saved layout and options; a layout that cannot fit this screen gives way to the default one.
+
+        A saved dock layout can need more than a smaller screen has (the
+        inspector split off below the traffic table needs about 880 px of
+        height): then the window starts as at a first start (the default
+        docks, :func:`first_start_size`, centred) and the status bar says so.
+        The settings are left as they are; the layout in use is saved at exit,
+        as always. Where even the default layout cannot fit, the saved one is
+        kept.
+        """
         s = self.settings
+        default_state = self.saveState()  # the docks as built: a first start's layout
+        default_needed = self._needed_size()
         geo = s.value("window/geometry")
-        if isinstance(geo, QtCore.QByteArray):
-            self.restoreGeometry(geo)
+        # Qt refuses a geometry saved on a screen of a much different width: that is a first start's geometry
+        geometry_restored = isinstance(geo, QtCore.QByteArray) and self.restoreGeometry(geo)
+        if not geometry_restored and self.fit_screen:
+            self.resize(first_start_size(self._available(), self._title_bar()))
         state = s.value("window/state")
-        if isinstance(state, QtCore.QByteArray):
-            self._docks_sized = self.restoreState(state)
-        split = s.value("window/splitter")
-        if isinstance(split, QtCore.QByteArray) and self.splitter.restoreState(split):
-            self._auto_split = False
+        state_restored = isinstance(state, QtCore.QByteArray) and self.restoreState(state)
+        self._docks_sized = state_restored  # the saved dock sizes stand; else they are sized at show
+        available, title_bar = self._available(), self._title_bar()
+        shown_at = None if self.isMaximized() or self.isFullScreen() else self.geometry()
+        if (
+            self.fit_screen
+            and (geometry_restored or state_restored)
+            and not layout_fits(available, self._needed_size(), shown_at, title_bar)
+            and layout_fits(available, default_needed, None, title_bar)
+        ):
+            self._restore_default_layout(default_state, available, title_bar)  # the plots' splitter too
+        else:
+            split = s.value("window/splitter")
+            if isinstance(split, QtCore.QByteArray) and self.splitter.restoreState(split):
+                self._auto_split = False
+        self._restore_options(columns)
+
+    def _restore_default_layout(
+        self, default_state: QtCore.QByteArray, available: QtCore.QRect, title_bar: int
+    ) -> None:
+        """A first start's docks and size, centred on the screen; the status bar says why."""
+        self.restoreState(default_state)
+        self._docks_sized = False  # sized at show, as at a first start
+        self.setWindowState(Qt.WindowState.WindowNoState)
+        size = first_start_size(available, title_bar)
+        self.resize(size)
+        frame = size + QtCore.QSize(2 * FRAME_BORDER, title_bar + 2 * FRAME_BORDER)  # move() places the frame
+        centre = Qt.AlignmentFlag.AlignCenter
+        self.move(QtWidgets.QStyle.alignedRect(Qt.LayoutDirection.LeftToRight, centre, frame, available).topLeft())
+        self._notice = LAYOUT_RESET_TEXT  # said once the window shows (see showEvent)
+
+    def _needed_size(self) -> QtCore.QSize:
+        """The least size the window's layout (its docks as they are now) allows."""
+        return self.minimumSizeHint().expandedTo(self.minimumSize())
+
+    def _available(self) -> QtCore.QRect:
+        """The available geometry of the screen the window is on (where it was restored to, if it was)."""
+        screen = QtGui.QGuiApplication.screenAt(self.geometry().center()) or self.screen()
+        return screen.availableGeometry()
+
+    def _title_bar(self) -> int:
+        """The frame's title bar as Qt estimates it when it restores a geometry (the frame is unknown before show)."""
+        return self.style().pixelMetric(QtWidgets.QStyle.PixelMetric.PM_TitleBarHeight, None, self)
+
+    def _restore_options(self, columns: int | None) -> None:
+        s = self.settings
         cols = columns if columns is not None else typing.cast(int, s.value("grid/columns", 0, type=int))
         self.grid.columns_spin.setValue(int(cols or 0))
         self._wanted_columns = int(cols or 0)
