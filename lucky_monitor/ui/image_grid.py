@@ -519,6 +519,11 @@ class ImageGridWidget(QtWidgets.QWidget):
         self.status_label.setTextFormat(QtCore.Qt.TextFormat.PlainText)  # errors are shown as plain text
         self.hover_label = QtWidgets.QLabel("")
         self.hover_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        for label in (self.status_label, self.hover_label):
+            # A minimum of its own, so the text's width is not the layout's minimum: counters that gain
+            # digits or a long readout must not widen the window (past a 1280 px screen). Cut, not wrapped,
+            # when the dock is narrower; the status line's whole text is its tooltip.
+            label.setMinimumWidth(1)
         status = QtWidgets.QHBoxLayout()
         status.addWidget(self.status_label, 1)
         status.addWidget(self.hover_label)
@@ -592,7 +597,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         for item in self._extra_highlights:
             item.setVisible(False)
         self._meta = None
-        self.status_label.setText(text)
+        self._status(text)
 
     def set_frame(self, images: np.ndarray, meta: FrameMeta | Mapping[str, Any] | Any | None = None) -> None:
         """Show one batch of images: :meth:`copy_frame` then :meth:`present`.
@@ -755,7 +760,7 @@ class ImageGridWidget(QtWidgets.QWidget):
             blocker = QtCore.QSignalBlocker(self.alpha_check)
             self.alpha_check.setChecked(not checked)
             del blocker
-            self.status_label.setText(str(err))
+            self._status(str(err))
             self._meta = None
 
     def _on_columns_changed(self, value: int) -> None:
@@ -771,7 +776,7 @@ class ImageGridWidget(QtWidgets.QWidget):
                 self._back.columns = value or None
         except TilerError as err:  # over the size limit with the current channels
             self._sync_columns_spin()
-            self.status_label.setText(str(err))
+            self._status(str(err))
             self._meta = None
             return
         self.labels.set_tiler(t)
@@ -819,7 +824,11 @@ class ImageGridWidget(QtWidgets.QWidget):
         text = f"image_seq {counts[0]}  image_frame_seq {counts[1]}  torn copies skipped {counts[2]}"
         if t is not None:
             text = f"{t.num_envs} envs {t.width}x{t.height}  {text}"
+        self._status(text)
+
+    def _status(self, text: str) -> None:
         self.status_label.setText(text)
+        self.status_label.setToolTip(text)
 
     # ------------------------------------------------------------ view
     def reset_zoom(self) -> None:

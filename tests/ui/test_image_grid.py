@@ -565,3 +565,21 @@ def test_readout_says_shown_and_stored_values(grid_widget, solid_images, qtbot):
     with qtbot.waitSignal(grid_widget.hover_changed, timeout=2000) as blocker:
         qtbot.mouseMove(grid_widget.graphics.viewport(), on_viewport(at[0] + 0.5, at[1] + 0.5))
     assert blocker.args == ["env 4  x 3 y 7  shown rgb(200, 20, 10)  stored bgr(10, 20, 200)"]
+
+
+def test_long_status_and_readout_text_do_not_widen_the_grid(grid_widget, solid_images):
+    """Counters that gain digits (or a long hover readout) must not raise the layout's minimum width.
+
+    Seen: the counters' line set the window's minimum width, which grew past a
+    1280 px screen as ``image_seq`` gained digits.
+    """
+    grid_widget.set_frame(solid_images(64, 32, 32))
+    QtWidgets.QApplication.processEvents()
+    before = grid_widget.minimumSizeHint().width()
+    grid_widget.set_meta(10**15, 10**15, 10**9)
+    readout = "env 4095  x 63 y 63  shown RGBA(255, 255, 255, 255)  stored BGRA(255, 255, 255, 255)"
+    grid_widget.hover_label.setText(readout)
+    QtWidgets.QApplication.processEvents()
+    assert "1000000000000000" in grid_widget.status_label.text()
+    assert grid_widget.status_label.toolTip() == grid_widget.status_label.text()  # the whole line, when it is cut
+    assert grid_widget.minimumSizeHint().width() == before
