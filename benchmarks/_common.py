@@ -138,3 +138,17 @@ def first_line(proc: subprocess.Popen, timeout: float = 60.0) -> str:
         proc.kill()
         raise SystemExit(f"child {proc.args!r} printed nothing on stdout")
     return line
+
+
+def offscreen_platform(workdir: str) -> str:
+    """``QT_QPA_PLATFORM`` for the offscreen plugin with one 1920x1080 screen, the Xvfb mode's screen.
+
+    The window sizes itself to its screen (a first start within the screen's
+    room); the plugin's own screen is 800x800, which would measure a smaller
+    window offscreen than under Xvfb.
+    """
+    path = os.path.join(workdir, "offscreen.json")
+    screens = [{"name": "screen", "x": 0, "y": 0, "width": 1920, "height": 1080, "logicalDpi": 96}]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"screens": screens}, f)
+    return f"offscreen:configfile={path}"

@@ -6,7 +6,7 @@ Two parts, each printing one JSON line per case:
 (``python -m lucky_monitor --shm NAME --stats-json F --quit-after S``, settings
 in a temporary HOME) following the reference engine and trainer at the demo
 setting (``sim --envs 64 --image 64x64``, 50 Hz realtime; ``train --shm
-NAME``). Modes: ``offscreen`` (``QT_QPA_PLATFORM=offscreen``) and ``xvfb``
+NAME``). Modes: ``offscreen`` (``QT_QPA_PLATFORM=offscreen``, one 1920x1080 screen) and ``xvfb``
 (a private ``Xvfb`` display started here; skipped with a note when ``Xvfb``
 is not on PATH). Cases, taking turns with the same engine and trainer:
 
@@ -59,7 +59,7 @@ from collections.abc import Iterator
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import child, emit, first_line, load_average, lucky, machine_facts, process_cpu_seconds
+from _common import child, emit, first_line, load_average, lucky, machine_facts, offscreen_platform, process_cpu_seconds
 
 CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "budget": (["--cpu-budget", "10"], {}),
@@ -190,7 +190,7 @@ def bench_window(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) 
         displays: dict[str, tuple[dict[str, str], dict[str, int]] | None] = {}
         for mode in modes:
             if mode == "offscreen":
-                displays[mode] = ({"QT_QPA_PLATFORM": "offscreen"}, {})
+                displays[mode] = ({"QT_QPA_PLATFORM": offscreen_platform(workdir)}, {})
             elif mode == "xvfb":
                 x = stack.enter_context(xvfb(workdir))
                 displays[mode] = (
@@ -287,7 +287,7 @@ def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, An
                     *args.monitor_wrap.split(),
                     *lucky("--shm", name, "--stats-json", stats_path, *args.monitor_args.split()),
                 ]
-                env = clean_env(home, QT_QPA_PLATFORM="offscreen")
+                env = clean_env(home, QT_QPA_PLATFORM=offscreen_platform(workdir))
                 with child(mon_argv, env=env, stderr_path=os.path.join(home, "monitor.stderr")) as mon:
                     time.sleep(args.warmup)
                     c0, t0 = process_cpu_seconds(mon.pid), time.monotonic()

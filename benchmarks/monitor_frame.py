@@ -67,7 +67,16 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import child, emit, first_line, lucky, machine_facts, percentile, process_cpu_seconds
+from _common import (
+    child,
+    emit,
+    first_line,
+    lucky,
+    machine_facts,
+    offscreen_platform,
+    percentile,
+    process_cpu_seconds,
+)
 
 BUDGET_MS = 1000.0 / 60.0 / 2.0
 CPU_START_S = 4.0
@@ -300,7 +309,7 @@ def bench_cpu(engine: subprocess.Popen, name: str, workdir: str, window_s: float
     home = tempfile.mkdtemp(prefix="home_", dir=workdir)
     env = {
         **os.environ,
-        "QT_QPA_PLATFORM": "offscreen",
+        "QT_QPA_PLATFORM": offscreen_platform(workdir),  # a 1920x1080 screen: the window starts at 1600x1000
         "HOME": home,
         "XDG_CONFIG_HOME": os.path.join(home, ".config"),
         "XDG_CACHE_HOME": os.path.join(home, ".cache"),

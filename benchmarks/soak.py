@@ -46,7 +46,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import child, emit, first_line, lucky, machine_facts, process_cpu_seconds
+from _common import child, emit, first_line, lucky, machine_facts, offscreen_platform, process_cpu_seconds
 
 
 def descendants(pid: int) -> list[int]:
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="soak_") as work:
         stats_path = os.path.join(work, "stats.json")
         engine_path = os.path.join(work, "engine.json")
-        env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HOME": work, "XDG_CONFIG_HOME": work}
+        env = {**os.environ, "QT_QPA_PLATFORM": offscreen_platform(work), "HOME": work, "XDG_CONFIG_HOME": work}
         sim_argv = lucky(
             "sim", "--name", name, "--envs", "256", "--image", "64x64", "--fast", "--stats-json", engine_path
         )
