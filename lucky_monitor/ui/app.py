@@ -82,6 +82,20 @@ def check_screenshot_path(path: str) -> None:
     check_output_path(path, "--screenshot", "shot.png")
 
 
+#: Qt messages that say nothing to a user: the offscreen platform (headless runs, ``--screenshot``)
+#: has no window manager to take a window's size hints, and says so each time the layout sets them.
+QUIET_QT_MESSAGES = frozenset({"This plugin does not support propagateSizeHints()"})
+
+
+def _qt_message(mode: object, context: object, message: str) -> None:
+    """Qt's messages on stderr as Qt prints them (category, then text), less :data:`QUIET_QT_MESSAGES`."""
+    if message in QUIET_QT_MESSAGES:
+        return
+    category = getattr(context, "category", None)
+    prefix = f"{category}: " if category and category != "default" else ""
+    sys.stderr.write(f"{prefix}{message}\n")
+
+
 def run_window(args: argparse.Namespace) -> int:
     name = args.shm or os.environ.get("LUCKY_SHM_NAME") or None
     if name is not None:
@@ -115,6 +129,7 @@ def _run_window(args: argparse.Namespace, name: str | None, stats_path: str | No
     from .theme import apply_theme
 
     lower_priority(int(getattr(args, "nice", 10)))
+    QtCore.qInstallMessageHandler(_qt_message)
     # instance() is typed as QCoreApplication; here it can only be a QApplication
     app = typing.cast(QtWidgets.QApplication | None, QtWidgets.QApplication.instance())
     app = app or QtWidgets.QApplication([sys.argv[0]])

@@ -335,7 +335,9 @@ class MainWindow(QtWidgets.QMainWindow):
         # Qt refuses a geometry saved on a screen of a much different width: that is a first start's geometry
         geometry_restored = isinstance(geo, QtCore.QByteArray) and self.restoreGeometry(geo)
         if not geometry_restored and self.fit_screen:
-            self.resize(first_start_size(self._available(), self._title_bar()))
+            # never below what the layout needs: a screen too small for it gets the least window (Qt would
+            # enforce that anyway at show, with a warning on platforms that cannot take size hints)
+            self.resize(first_start_size(self._available(), self._title_bar()).expandedTo(self._needed_size()))
         state = s.value("window/state")
         state_restored = isinstance(state, QtCore.QByteArray) and self.restoreState(state)
         self._docks_sized = state_restored  # the saved dock sizes stand; else they are sized at show
