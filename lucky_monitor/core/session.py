@@ -787,6 +787,7 @@ class MonitorSession:
         self._next_inspect = 0.0
         self._imgcheck: ImageChecker | None = None
         self._img_buf: np.ndarray | None = None
+        self._ended: np.ndarray | None = None  # per env: an episode ended since its last image check
         self._gpu: CudaObs | None = None
         self._gpu_buf: Any = None
         self._gpu_note = ""
@@ -1239,6 +1240,7 @@ class MonitorSession:
         self._names_from_schema = False
         self._imgcheck = None
         self._img_buf = None
+        self._ended = None
         self._act = None
         self._gpu_note = ""
         if h is None or not self._inspect:
@@ -1250,6 +1252,7 @@ class MonitorSession:
         if h.has_images and self._want_images:
             ic = ImageChecker(h.num_envs, h.image_width * h.image_height * h.image_channels)
             self._imgcheck = ic
+            self._ended = np.zeros(h.num_envs, np.bool_)  # episodes ended since each env's last image check
             self._img_buf = np.empty((ic.count, h.image_height, h.image_width, h.image_channels), np.uint8)
         if h.gpu_obs_mode == 1 and 4 * h.num_envs * h.obs_size > INSPECT_MAX_BYTES:
             self._gpu_note = f"GPU observations not shown: over the inspector's {INSPECT_MAX_BYTES >> 20} MiB limit"
@@ -1286,6 +1289,11 @@ class MonitorSession:
             self._checked_frame = frame.frame_seq
             if frame.hot_ok:
                 scanner.check("rewards", frame.frame_seq, frame.rewards)
+                ended = self._ended
+                if ended is not None and ended.shape == frame.dones.shape:
+                    np.logical_or(ended, frame.dones, out=ended)
+                    if frame.truncateds is not None:
+                        np.logical_or(ended, frame.truncateds, out=ended)
                 if not self._gpu_mode:
                     self._obs, self._obs_frame = frame.obs, frame.frame_seq
                     scanner.check("obs", frame.frame_seq, frame.obs)
@@ -1365,6 +1373,10 @@ class MonitorSession:
         if live is not None and h.services_available >> Service.CAMERA & 1:
             camera_on = bool(live.services_enabled >> Service.CAMERA & 1)
         rates = self._link.rates
+        ended = None
+        if self._ended is not None:
+            ended = self._ended[envs]
+            self._ended[envs] = False
         result = ic.check(
             now,
             envs,
@@ -1376,6 +1388,7 @@ class MonitorSession:
             frames_per_s=rates.frames_per_s,
             images_per_s=rates.images_per_s,
             camera_on=camera_on,
+            ended=ended,
         )
         first, last = (int(envs[0]), int(envs[-1])) if len(envs) else (0, -1)
         self._scanner.image(result.alarms, result.flags, f"{len(envs)} tiles checked (envs {first}–{last}) each second")
