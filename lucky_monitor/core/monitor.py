@@ -133,11 +133,18 @@ class Counters:
     frames_seen: int = 0
     frames_skipped: int = 0
     late_polls: int = 0  # polls that came later than 1.5 poll periods after the previous one
+    frames_skipped_late: int = 0  # of frames_skipped, those skipped while the poll was late (the monitor's doing)
 
     def copy(self) -> Counters:
         """A snapshot (see :meth:`Rates.copy`)."""
         return Counters(
-            self.torn_images, self.torn_hot, self.images_copied, self.frames_seen, self.frames_skipped, self.late_polls
+            self.torn_images,
+            self.torn_hot,
+            self.images_copied,
+            self.frames_seen,
+            self.frames_skipped,
+            self.late_polls,
+            self.frames_skipped_late,
         )
 
 
@@ -414,7 +421,8 @@ class MonitorCore:
         if not att.server_alive:
             self._lost(f"engine pid {h.server_pid} is gone", now)
             return None
-        if self._last_poll is not None and now - self._last_poll > 1.5 * self.poll_period:
+        late = self._last_poll is not None and now - self._last_poll > 1.5 * self.poll_period
+        if late:
             self.counters.late_polls += 1
         self._last_poll = now
 
@@ -456,6 +464,8 @@ class MonitorCore:
             self.counters.torn_hot += res.torn
             self.counters.frames_seen += 1
             self.counters.frames_skipped += skipped
+            if late:
+                self.counters.frames_skipped_late += skipped
             out = Frame(res.frame_seq, res.action_seq, now, att.rewards, att.dones, att.truncateds, res.ok, skipped)
             out.obs = att.obs
 

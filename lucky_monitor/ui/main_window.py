@@ -513,8 +513,8 @@ class MainWindow(QtWidgets.QMainWindow):
     def _sampling_cause(tick: Tick) -> str:
         """Why frames were skipped: the engine outran the poll, or the monitor itself was late."""
         c = tick.counters
-        if c.late_polls and c.late_polls * 2 >= c.frames_skipped:
-            return f"the monitor was busy ({c.late_polls} late polls)"
+        if c.frames_skipped_late * 2 >= c.frames_skipped:  # most were skipped while a poll came late
+            return f"the monitor was busy ({c.late_polls} late poll{'' if c.late_polls == 1 else 's'})"
         return "the engine steps faster than the 60 Hz poll"
 
     def _update_status(self, tick: Tick | None = None) -> None:

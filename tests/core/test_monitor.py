@@ -70,6 +70,25 @@ def test_attach_copy_and_free_run(engine):
     assert core.counters.frames_skipped == 4
 
 
+def test_frames_skipped_while_a_poll_came_late_are_the_monitors_doing(engine):
+    """Skips on an on-time poll: the engine outran the poll. Skips on a late poll: the monitor was busy."""
+    clock = Clock()
+    core = MonitorCore(engine.name, clock=clock)
+    engine.tick()
+    core.poll()
+    for _ in range(3):
+        engine.tick()
+    clock.t += 1 / 60  # on time: three frames in one poll period
+    core.poll()
+    assert (core.counters.frames_skipped, core.counters.late_polls, core.counters.frames_skipped_late) == (2, 0, 0)
+    for _ in range(8):
+        engine.tick()
+    clock.t += 0.2  # a poll 200 ms late (the window was busy starting): its skips are the monitor's
+    core.poll()
+    assert (core.counters.frames_skipped, core.counters.late_polls, core.counters.frames_skipped_late) == (9, 1, 7)
+    assert core.counters.copy() == core.counters
+
+
 def test_lockstep_turns_and_trainer_states(engine):
     clock = Clock()
     core = MonitorCore(engine.name, clock=clock)

@@ -542,3 +542,16 @@ def test_user_zoom_holds_until_auto_range(panel: PlotsPanel) -> None:
     low, high = panel.reward_plot.getViewBox().viewRange()[0]
     assert low <= 1 and high >= 149
     assert not any(panel.reward_plot.getViewBox().autoRangeEnabled())  # the panel sets the ranges itself
+
+
+def test_the_sampling_note_blames_the_monitor_for_frames_skipped_on_late_polls() -> None:
+    """One late poll that skipped 7 frames (a busy start) is the monitor's doing, not a fast engine."""
+    from types import SimpleNamespace
+
+    from lucky_monitor.core.monitor import Counters
+    from lucky_monitor.ui.main_window import MainWindow
+
+    busy = SimpleNamespace(counters=Counters(frames_skipped=7, late_polls=1, frames_skipped_late=7))
+    assert MainWindow._sampling_cause(busy) == "the monitor was busy (1 late poll)"
+    fast = SimpleNamespace(counters=Counters(frames_skipped=500, late_polls=1, frames_skipped_late=7))
+    assert MainWindow._sampling_cause(fast) == "the engine steps faster than the 60 Hz poll"
