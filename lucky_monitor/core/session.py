@@ -110,6 +110,11 @@ MAX_REPEAT_HZ = 60.0
 RESULT_TEXT_MAX = 400
 
 
+#: Seconds between refreshes of the inspector's statistics while no view shows them (see
+#: :meth:`MonitorSession.want_statistics`).
+UNSEEN_STATS_PERIOD_S = 5.0
+
+
 # ---------------------------------------------------------------------------
 # The values a Tick is made of
 # ---------------------------------------------------------------------------
@@ -785,6 +790,7 @@ class MonitorSession:
         self._inspector: InspectorFrame | None = None
         self._inspect_key: tuple[int, int, tuple[int, ...]] | None = None
         self._next_inspect = 0.0
+        self._want_stats = True  # a view shows the statistics (want_statistics)
         self._imgcheck: ImageChecker | None = None
         self._img_buf: np.ndarray | None = None
         self._ended: np.ndarray | None = None  # per env: an episode ended since its last image check
@@ -1025,6 +1031,20 @@ class MonitorSession:
         ``image_seq`` and the image rate are followed either way.
         """
         self._link.copy_images = self._want_images and not self._paused and bool(wanted)
+
+    def want_statistics(self, wanted: bool) -> None:
+        """Refresh the inspector's per-dim statistics at ``inspect_hz`` only if ``wanted`` (a view shows them).
+
+        Unwanted, they are refreshed every :data:`UNSEEN_STATS_PERIOD_S`
+        (the alarms' dim names come with them). Alarms, the action reads and
+        the image checks go on either way; a view that comes back gets fresh
+        statistics at the next step. At 4096 envs × 100 dims a refresh is a
+        few milliseconds.
+        """
+        wanted = bool(wanted)
+        if wanted and not self._want_stats:
+            self._next_inspect = 0.0
+        self._want_stats = wanted
 
     def set_paused(self, paused: bool) -> None:
         """Stop copying images while a view's display is paused (history and counters go on)."""
@@ -1342,7 +1362,9 @@ class MonitorSession:
         if self._imgcheck is not None and self._imgcheck.due(now) and live is not None:
             self._check_images(now, seg)
         if now >= self._next_inspect:
-            self._next_inspect = now + self._inspect_period
+            # Unseen statistics are refreshed rarely, not never: the alarms' dim names come with them.
+            period = self._inspect_period if self._want_stats else max(self._inspect_period, UNSEEN_STATS_PERIOD_S)
+            self._next_inspect = now + period
             self._refresh_inspector(live)
 
     def _check_images(self, now: float, seg: Any) -> None:

@@ -213,6 +213,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.inspector_dock = self._dock("Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea)
         self.tabifyDockWidget(traffic_dock, self.inspector_dock)
         self.inspector_dock.visibilityChanged.connect(self.inspector.set_on_screen)  # a tab behind: no drawing
+        self.inspector_dock.visibilityChanged.connect(self.session.want_statistics)  # ... and no statistics
         traffic_dock.raise_()
 
         # --- status bar: the state, large, in its colour

@@ -119,8 +119,16 @@ def test_window_shows_the_nan_and_inf_alarms_and_badges_a_constant_tile(qtbot, s
         assert any("image  env 0  constant" in line for line in lines), lines
         assert win.alarm_button.isVisible() and "alarm" in win.alarm_button.text()
         assert win.grid.badges.shown == {0: ("constant",)}
+        # The inspector's tab is behind the traffic table: alarms came all the same (above), statistics do not.
+        assert win.session._want_stats is False
+        stale = win.last_tick.inspector
+        qtbot.wait(600)  # over two periods of the 4 Hz statistics
+        assert win.last_tick.inspector is stale
         win.show_inspector()
         assert win.inspector.isVisible()
+        assert win.session._want_stats is True
+        seg.set("frame_seq", 2)
+        qtbot.waitUntil(lambda: win.last_tick.inspector is not stale, timeout=5000)  # fresh ones at once
     finally:
         beat.stop()
         win.close()
