@@ -404,16 +404,24 @@ def test_an_obs_region_over_the_limit_is_not_copied_and_the_inspector_says_so(se
     assert tick.alarms.nonfinite_total["obs"] == 0  # not read, so not checked
 
 
+def first_check(
+    n: int, dims: int, seed: int
+) -> tuple[ImageChecker, np.ndarray, np.ndarray, np.ndarray, np.random.Generator]:
+    """A checker over ``n`` envs after its first check: (checker, envs, obs, tiles, rng)."""
+    ic = ImageChecker(n, 6 * 5 * 3)
+    envs = ic.envs()
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((n, dims))
+    t = tiles(n)
+    ic.check(0.0, envs, t, image_seq=2, image_frame_seq=1, frame_seq=1, obs_rows=obs)
+    return ic, envs, obs, t, rng
+
+
 def test_an_env_whose_episode_ended_is_not_judged_frozen_by_its_reset_jump() -> None:
     """A reset moves the observation far while the picture may look the same: not a stuck camera."""
 
     def run(ended: np.ndarray | None) -> list[tuple[str, int | None]]:
-        ic = ImageChecker(6, 6 * 5 * 3)
-        envs = ic.envs()
-        rng = np.random.default_rng(11)
-        obs = rng.standard_normal((6, 4))
-        t = tiles(6)
-        ic.check(0.0, envs, t, image_seq=2, image_frame_seq=1, frame_seq=1, obs_rows=obs)
+        ic, envs, obs, t, rng = first_check(6, 4, seed=11)
         obs2 = obs + rng.uniform(0.5, 1.5, obs.shape)  # every env moves ...
         obs2[2] += 40.0  # ... env 2 jumps: its episode was reset (the clock back to 0, the cart re-centred)
         t2 = tiles(6, seed=4)
@@ -427,12 +435,7 @@ def test_an_env_whose_episode_ended_is_not_judged_frozen_by_its_reset_jump() -> 
 
 def test_motion_is_scaled_by_the_other_envs_and_still_tiles_near_the_old_bar_are_not_frozen() -> None:
     """An env that moved a little more than most (here 2.5x) while its pixels stayed: not frozen (the bar is 4x)."""
-    ic = ImageChecker(8, 6 * 5 * 3)
-    envs = ic.envs()
-    rng = np.random.default_rng(2)
-    obs = rng.standard_normal((8, 3))
-    t = tiles(8)
-    ic.check(0.0, envs, t, image_seq=2, image_frame_seq=1, frame_seq=1, obs_rows=obs)
+    ic, envs, obs, t, _ = first_check(8, 3, seed=2)
     obs2 = obs + 1.0  # every env moves by 1 in every dim ...
     obs2[6] = obs[6] + 2.5  # ... env 6 by 2.5: a sway under a pixel while its velocities changed sign
     t2 = tiles(8, seed=3)
