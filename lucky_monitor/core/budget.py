@@ -16,9 +16,10 @@ How it decides:
   say nothing about this one); no decision before ``settle_s`` of them;
 * above the budget it steps down one rung (two over 1.5× the budget, three
   over 2.5×, so a window that starts far over settles within seconds):
-  when one reading is over by more than ``tolerance`` (5 %: a reading is
-  noisy by about half a percent of a core), or the mean of the rung's
-  readings so far is over;
+  when one reading is over by more than ``tolerance`` (15 %: a jump, where
+  a reading is noisy by about half a percent of a core), or the rung's mean
+  CPU over its last ``mean_window_s`` (10 s; at least ``mean_min_s``, 3 s,
+  of it) is over;
   it steps up one rung when that rung should fit: by what it cost when last
   measured (within ``memory_s``), or, between image rates, by what an image
   a second cost between two measured rungs; with nothing to go by, below
@@ -147,13 +148,21 @@ class CpuBudget:
     to a short deque and decides at most once per ``settle_s``).
     """
 
-    #: One reading steps down only above this many budgets (a reading of the process CPU over ~1.5 s
-    #: varies by about half a percent of a core); the mean of a rung's readings, above one budget.
-    tolerance = 1.05
+    #: One reading steps down only above this many budgets: a jump (a reading of the process CPU over
+    #: ~1.5 s varies by about half a percent of a core, and by up to one at 10 %) ...
+    tolerance = 1.15
+    #: ... else the rung's mean over its last :attr:`mean_window_s` (at least :attr:`mean_min_s` of it)
+    #: above one budget. Readings taken 4 times a second over a 1.5 s window follow each other too
+    #: closely to average: a mean of them stepped down from rungs whose cost fitted, one noisy reading
+    #: at a time, until the window painted a third fewer images than its budget allowed.
+    mean_window_s = 10.0
+    mean_min_s = 3.0
     #: A rung measured within this many seconds is judged by what it cost then (see :meth:`_fits_above`) ...
     memory_s = 30.0
-    #: ... and fits when that was at most this share of the budget.
-    fit = 0.95
+    #: ... and fits when that was at most this share of the budget. Measured longer ago and over the
+    #: budget by at most ``retry`` (the noise of a 10 s mean: about 2 %), it is tried again.
+    fit = 0.98
+    retry = 1.02
     #: Below this much idle CPU (in cores, over the last readings) the machine counts as saturated ...
     SATURATED_IDLE_CORES = 0.5
     #: ... and the budget in force is this share of the one asked for.
@@ -193,6 +202,7 @@ class CpuBudget:
         self._last_up_at: float | None = None
         self._hold = hold_up_s
         self._measured: dict[int, tuple[float, float, int]] = {}  # level -> (mean usage there, when, readings)
+        self._rung: deque[tuple[float, float]] = deque()  # (time, CPU seconds) since the rung began, ≤ mean_window_s
 
     @property
     def limited(self) -> bool:
@@ -250,14 +260,18 @@ class CpuBudget:
             self.over_budget = False
             return False
         usage, budget = self.usage_pct, self.effective_pct
+        rung = self._rung
+        rung.append((now, cpu_s))
+        while len(rung) > 2 and now - rung[1][0] >= self.mean_window_s:
+            rung.popleft()
+        rung_s = now - rung[0][0]
+        # A rung's cost: its mean CPU over up to mean_window_s, once a reading's window long; else the reading.
+        mean = 100.0 * (cpu_s - rung[0][1]) / rung_s if rung_s >= self.window_s else usage
         seen = self._measured.get(self.level)
-        if seen is None or now - seen[1] > self.memory_s:
-            mean, n = usage, 1
-        else:  # a rung's cost: the mean of its readings (one reading is noisy by about half a percent)
-            mean, n = seen[0] + 0.3 * (usage - seen[0]), seen[2] + 1
+        n = 1 if seen is None or now - seen[1] > self.memory_s else seen[2] + 1
         self._measured[self.level] = (mean, now, n)
-        # Over: one reading well over, or the rung's mean over once it has a few readings.
-        over = usage > self.tolerance * budget or (n >= 3 and mean > budget)
+        # Over: one reading far over (a jump), or the rung's mean over once it spans mean_min_s.
+        over = usage > self.tolerance * budget or (rung_s >= self.mean_min_s and mean > budget)
         self.over_budget = self.at_floor and usage > budget
         if self._last_up_at is not None and now - self._last_up_at > self.backoff_window_s:
             self._hold = self.hold_up_s  # the last step up held: be quick to step up again
@@ -268,7 +282,7 @@ class CpuBudget:
                 self._last_up_at = None
             steps = 1 if usage <= 1.5 * budget else 2 if usage <= 2.5 * budget else 3
             return self._move(min(len(self.ladder) - 1, self.level + steps), now)
-        if self.level > 0 and now - self._changed_at >= self._hold and self._fits_above(usage, budget, now):
+        if self.level > 0 and now - self._changed_at >= self._hold and self._fits_above(mean, budget, now):
             self._last_up_at = now
             return self._move(self.level - 1, now)
         return False
@@ -300,6 +314,12 @@ class CpuBudget:
             per_hz = (recent[other] - usage) / (self.ladder[other].images_hz - here.images_hz)
             if per_hz > 0:
                 return usage + per_hz * (up.images_hz - here.images_hz) <= self.fit * budget
+        old = self._measured.get(above)
+        if old is not None and old[0] <= self.retry * budget:
+            # Measured over memory_s ago, over the budget by no more than a 10 s mean's noise: that one
+            # reading must not rule the rung out for good. Try it again while this one leaves room; a
+            # try that does not fit is undone within seconds.
+            return usage <= self.fit * budget
         return usage < self.low * budget
 
     def _move(self, level: int, now: float) -> bool:
@@ -309,6 +329,8 @@ class CpuBudget:
         last = self._readings[-1]
         self._readings.clear()
         self._readings.append(last)  # measure the new rung from here on
+        self._rung.clear()
+        self._rung.append(last)
         self.over_budget = False
         return changed
 
