@@ -159,10 +159,11 @@ class CpuBudget:
     mean_min_s = 3.0
     #: A rung measured within this many seconds is judged by what it cost then (see :meth:`_fits_above`) ...
     memory_s = 30.0
-    #: ... and fits when that was at most this share of the budget. Measured longer ago and over the
-    #: budget by at most ``retry`` (the noise of a 10 s mean: about 2 %), it is tried again.
+    #: ... and fits when that was at most this share of the budget. Measured longer ago at no more than
+    #: ``retry`` budgets, it is tried again: a mean taken in a busy moment (the engine, trainer and window
+    #: all starting at once) must not hold the window at a low rung for good; a rung far over is not.
     fit = 0.98
-    retry = 1.02
+    retry = 1.25
     #: Below this much idle CPU (in cores, over the last readings) the machine counts as saturated ...
     SATURATED_IDLE_CORES = 0.5
     #: ... and the budget in force is this share of the one asked for.
@@ -316,9 +317,9 @@ class CpuBudget:
                 return usage + per_hz * (up.images_hz - here.images_hz) <= self.fit * budget
         old = self._measured.get(above)
         if old is not None and old[0] <= self.retry * budget:
-            # Measured over memory_s ago, over the budget by no more than a 10 s mean's noise: that one
-            # reading must not rule the rung out for good. Try it again while this one leaves room; a
-            # try that does not fit is undone within seconds.
+            # Measured over memory_s ago and not far over: that reading must not rule the rung out for
+            # good (a noisy mean, a busy moment). Try it again while this one leaves room; a try that
+            # does not fit is undone within seconds, and then the measurement holds for memory_s again.
             return usage <= self.fit * budget
         return usage < self.low * budget
 

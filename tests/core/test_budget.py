@@ -67,8 +67,13 @@ def test_over_budget_steps_down_to_the_first_rung_that_fits_and_stays():
     assert b.rates == Rates(60, 0.5, 1)
     first = levels.index(6)
     assert first / 60 < 5  # gets there within seconds, not minutes
-    levels, _, _ = run(b, lambda level, t: cost[level], 120, t, cpu)
-    assert set(levels) == {6}  # 9 % is inside the hysteresis band (7 %...10 %): no step up
+    levels, t1, cpu1 = run(b, lambda level, t: cost[level], 120, t, cpu)
+    # 9 % is inside the hysteresis band: it stays, but for a try of the rung above (11 %, within
+    # `retry` budgets) once its measurement is memory_s old, undone within seconds
+    assert set(levels) <= {5, 6} and levels[-1] == 6
+    assert levels.count(5) < 0.15 * len(levels)
+    assert changes(levels) <= 2 * (120 // b.memory_s + 1)
+    assert 100.0 * (cpu1 - cpu) / (t1 - t) < 10.0  # on average, still under the budget
 
 
 @pytest.mark.parametrize(("usage", "rungs"), [(12.0, 1), (20.0, 2), (40.0, 3)])
@@ -108,7 +113,8 @@ def test_settles_on_the_highest_image_rate_that_fits_not_one_that_leaves_the_bud
     # stayed there. Now the rungs measured say what an image a second costs, and it climbs back to
     # 15 Hz once the spike's readings (remembered for memory_s) have expired.
     levels, _, _ = run(b, cost, 90, t, cpu)
-    assert {LADDER[lv].images_hz for lv in levels[-round(45 / DT) :]} == {15}
+    tail = [LADDER[lv].images_hz for lv in levels[-round(45 / DT) :]]
+    assert set(tail) <= {15, 20} and tail.count(15) > 0.9 * len(tail)  # 20 Hz only as a brief try
 
 
 def test_when_the_load_goes_away_the_rates_come_back():
@@ -269,3 +275,26 @@ def test_noisy_readings_of_a_rung_that_fits_do_not_walk_it_down_the_ladder():
     assert min(rates) >= 45
     assert sum(r == 60 for r in rates) > 0.75 * len(rates)  # a step down on a noisy mean is tried again ...
     assert rates[-1] == 60  # ... once the rung's reading is memory_s old
+
+
+def test_a_busy_start_does_not_hold_the_window_at_a_low_rung():
+    """Engine, trainer and window starting at once: 10 s of readings far over, then the real costs.
+
+    The rungs measured in the rush are remembered as too costly; once those measurements are
+    memory_s old they are tried again, so the window climbs back to the rate that fits (here every
+    image, 9 %) instead of staying where the rush left it.
+    """
+    first_images = next(i for i, r in enumerate(LADDER) if r.images_hz < 60)
+
+    def cost(level: int, t: float) -> float:
+        rush = 4.0 if t < 10 else 0.0  # what the rush costs on top, whatever the rates
+        return 7.5 + 0.03 * min(LADDER[level].images_hz, 50) + (20.0 if level < first_images - 1 else 0.0) + rush
+
+    b = CpuBudget(10)
+    levels, t, cpu = run(b, cost, 12)
+    assert b.at_floor  # the rush pushed it to the floor: 11.6 % even there
+    # After it the floor costs 7.6 %, over the 70 % a step up with nothing to go by needs, and the rung
+    # above was measured at 11.7 % in the rush: it stayed at the floor. Now that measurement is tried
+    # again once it is memory_s old, and from there what an image a second costs leads it up.
+    run(b, cost, 100, t, cpu)
+    assert LADDER[b.level].images_hz == 60 and b.level == first_images - 1
