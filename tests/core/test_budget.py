@@ -291,7 +291,7 @@ def test_a_busy_start_does_not_hold_the_window_at_a_low_rung():
         return 7.5 + 0.03 * min(LADDER[level].images_hz, 50) + (20.0 if level < first_images - 1 else 0.0) + rush
 
     b = CpuBudget(10)
-    levels, t, cpu = run(b, cost, 12)
+    _, t, cpu = run(b, cost, 12)
     assert b.at_floor  # the rush pushed it to the floor: 11.6 % even there
     # After it the floor costs 7.6 %, over the 70 % a step up with nothing to go by needs, and the rung
     # above was measured at 11.7 % in the rush: it stayed at the floor. Now that measurement is tried
