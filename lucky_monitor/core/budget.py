@@ -202,7 +202,7 @@ class CpuBudget:
         self._changed_at: float | None = None
         self._last_up_at: float | None = None
         self._hold = hold_up_s
-        self._measured: dict[int, tuple[float, float, int]] = {}  # level -> (mean usage there, when, readings)
+        self._measured: dict[int, tuple[float, float]] = {}  # level -> (mean usage there, when)
         self._rung: deque[tuple[float, float]] = deque()  # (time, CPU seconds) since the rung began, ≤ mean_window_s
 
     @property
@@ -268,9 +268,7 @@ class CpuBudget:
         rung_s = now - rung[0][0]
         # A rung's cost: its mean CPU over up to mean_window_s, once a reading's window long; else the reading.
         mean = 100.0 * (cpu_s - rung[0][1]) / rung_s if rung_s >= self.window_s else usage
-        seen = self._measured.get(self.level)
-        n = 1 if seen is None or now - seen[1] > self.memory_s else seen[2] + 1
-        self._measured[self.level] = (mean, now, n)
+        self._measured[self.level] = (mean, now)
         # Over: one reading far over (a jump), or the rung's mean over once it spans mean_min_s.
         over = usage > self.tolerance * budget or (rung_s >= self.mean_min_s and mean > budget)
         self.over_budget = self.at_floor and usage > budget
@@ -299,7 +297,7 @@ class CpuBudget:
         The first two let the window settle on the highest image rate that
         fits instead of one that leaves 30 % of the budget unused.
         """
-        recent = {lv: u for lv, (u, t, _) in self._measured.items() if now - t <= self.memory_s}
+        recent = {lv: u for lv, (u, t) in self._measured.items() if now - t <= self.memory_s}
         above = self.level - 1
         if above in recent:
             return recent[above] <= self.fit * budget
