@@ -335,6 +335,9 @@ class LiveProbe:
         self.images: tuple[str, str] = (NA, "")
         self.samples = _Samples()
         self.restore_problems: list[str] = []
+        # The last SetServiceEnabled sent per service bit: (on, exchange). Ctrl-C can land after a
+        # request was pushed and before the engine applied it; restore() must not trust the live mask then.
+        self.last_set: dict[int, tuple[bool, Exchange]] = {}
 
     # ------------------------------------------------------------ helpers
     def _available(self, bit: int) -> bool:
@@ -344,12 +347,14 @@ class LiveProbe:
         return bool(self.seg.read_counter("services_enabled") >> bit & 1)
 
     def _set_service(self, bit: int, on: bool) -> Exchange:
+        self.last_set[bit] = (on, Exchange(f"SetServiceEnabled({Service(bit).label})", 0, None))
         ex = self.t.send(
             f"SetServiceEnabled({Service(bit).label}, {'on' if on else 'off'})",
             m.MethodId.SetServiceEnabledReq,
             m.SetServiceEnabledReq(service=bit, enabled=on),
         )
         self.requests.append(ex)
+        self.last_set[bit] = (on, ex)
         return ex
 
     @staticmethod
@@ -619,7 +624,11 @@ class LiveProbe:
             if not self._available(bit):
                 continue
             want = bool(self.found_services >> bit & 1)
-            if self._enabled(bit) != want:
+            last = self.last_set.get(bit)
+            # A request the engine has not answered may still be applied after we read the mask (the
+            # rings are FIFO, so sending the wanted state after it always wins).
+            in_doubt = last is not None and (last[0] != want or not last[1].answered)
+            if in_doubt or self._enabled(bit) != want:
                 ex = self._set_service(bit, want)
                 if not self._ok(ex):
                     self.restore_problems.append(

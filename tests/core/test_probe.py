@@ -412,6 +412,65 @@ def test_the_engines_words_reach_the_report_bounded_and_escaped() -> None:
     assert "\\x1b" in row.detail and len(row.detail) <= DETAIL_MAX
 
 
+class SlowEngine:
+    """A segment and a client in one: SetServiceEnabled is applied in ring order, and only while not held."""
+
+    def __init__(self) -> None:
+        self.header = plan(num_envs=2, obs_size=1, act_size=1, tools_ring_size=4096, session_id=1)
+        self.services = 0xFF
+        self.held = False
+        self.ring: list = []
+        self.queue: list[bytes] = []
+        self.next = 0x100
+
+    def read_counter(self, field: str) -> int:
+        return self.services if field == "services_enabled" else 0
+
+    def next_id(self) -> int:
+        self.next += 1
+        return self.next
+
+    def push_raw(self, data: bytes) -> None:
+        self.ring.append(decode(data))
+        if not self.held:
+            self.serve()
+
+    def serve(self) -> None:
+        for req in self.ring:
+            if req.method == MethodId.SetServiceEnabledReq:
+                bit = 1 << req.payload.service
+                self.services = self.services | bit if req.payload.enabled else self.services & ~bit
+            self.queue.append(encode(Envelope(RESPONSE_OF[req.method], req.correlation_id, None, "", req.sent_ns + 1)))
+        self.ring = []
+
+    def drain_raw(self) -> list[bytes]:
+        out, self.queue = self.queue, []
+        return out
+
+
+def test_restore_resends_a_service_whose_last_request_the_engine_had_not_applied() -> None:
+    """Ctrl-C after SetServiceEnabled(Viewport, off) was pushed but before the engine applied it."""
+    eng = SlowEngine()
+    probe = LiveProbe(eng, eng, seconds=0.0, deadline_s=0.02)
+    eng.held = True
+    off = probe._set_service(Service.VIEWPORT, False)
+    assert not off.answered and eng.services == 0xFF  # still on when restore() reads the mask
+    eng.held = False
+    probe.restore()
+    eng.serve()  # anything still queued
+    assert eng.services == 0xFF
+
+
+def test_restore_sends_nothing_for_services_already_as_found() -> None:
+    eng = SlowEngine()
+    probe = LiveProbe(eng, eng, seconds=0.0, deadline_s=0.5)
+    probe._set_service(Service.CAMERA, False)
+    probe._set_service(Service.CAMERA, True)
+    sent = len(probe.requests)
+    probe.restore()
+    assert len(probe.requests) == sent and eng.services == 0xFF
+
+
 @pytest.mark.timeout(120)
 def test_ctrl_c_in_the_middle_still_restores_the_engine_and_releases_the_channel(subprocess_env) -> None:
     """SIGINT while Camera and Viewport are disabled: they are enabled again, the channel is free, exit 130."""
