@@ -627,10 +627,11 @@ class LiveProbe:
             last = self.last_set.get(bit)
             # A request the engine has not answered may still be applied after we read the mask (the
             # rings are FIFO, so sending the wanted state after it always wins).
-            in_doubt = last is not None and (last[0] != want or not last[1].answered)
-            if in_doubt or self._enabled(bit) != want:
+            in_doubt = last is not None and last[1].sent and (last[0] != want or not last[1].answered)
+            differs = self._enabled(bit) != want
+            if differs or in_doubt:
                 ex = self._set_service(bit, want)
-                if not self._ok(ex):
+                if differs and not self._ok(ex):  # otherwise the mask as found at the end says how it went
                     self.restore_problems.append(
                         f"SetServiceEnabled({Service(bit).label}, {'on' if want else 'off'}): {_err(ex)}"
                     )
