@@ -56,6 +56,7 @@ from ..protocol.errors import (
     ToolsChannelUnavailable,
     UnavailableError,
 )
+from ..transport.tools_agent import REPLY_TIMEOUT_S
 from .conformance import FAIL, PASS, RuleResult
 from .text import safe_text
 
@@ -120,15 +121,22 @@ DETAIL_MAX = 600
 MAX_EXCHANGES = 40
 
 
+#: How long the claim may wait on top of the deadline for the process that holds the tools channel to
+#: start (a Python interpreter and its imports: seconds on a machine the engine, a trainer and a test
+#: run keep busy). The helper's own limit to answer.
+CLAIM_START_S = REPLY_TIMEOUT_S
+
+
 def budget_s(seconds: float, deadline_s: float) -> float:
     """The bound on one probe's wall time (seconds).
 
     Every exchange at its deadline, the quiet window after the undecodable
     envelope, the Camera/Viewport hold, the claim wait and the two image
     waits (before disabling, after enabling; each at most ``max(deadline_s,
-    2)``), the timed window, and 1 s for the rest.
+    2)``), the start of the tools helper process (:data:`CLAIM_START_S`), the
+    timed window, and 1 s for the rest.
     """
-    fixed = QUIET_S + IMAGE_HOLD_S + 3 * max(deadline_s, 2.0) + 1.0
+    fixed = QUIET_S + IMAGE_HOLD_S + 3 * max(deadline_s, 2.0) + CLAIM_START_S + 1.0
     return seconds + MAX_EXCHANGES * deadline_s + fixed
 
 
@@ -912,7 +920,7 @@ def run_live_probe(
         allow_other_user=allow_other_user,
     )
     try:
-        t_end = clock() + max(deadline_s, 2.0)
+        t_end = clock() + max(deadline_s, 2.0) + CLAIM_START_S
         tick = session.step()
         while not tick.tools.ours and clock() < t_end:
             if tick.attached and not tick.tools.exported:

@@ -113,6 +113,7 @@ def probe(capsys, name: str, *extra: str) -> tuple[int, dict]:
     code = main(["check", name, "--live", "--seconds", SECONDS, "--deadline", DEADLINE, "--json", *extra])
     out, err = capsys.readouterr()
     assert "Traceback" not in err
+    assert out.strip(), f"exit {code}, no report; stderr: {err}"
     return code, json.loads(out)
 
 
