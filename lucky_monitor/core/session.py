@@ -124,15 +124,18 @@ UNSEEN_STATS_PERIOD_S = 5.0
 class DisplayOptions:
     """How the image grid decodes and lays out tiles: plain values, no widget.
 
-    ``columns`` ``None`` is near-square; ``flip_rows`` flips on top of the
-    header's bottom-up flag; ``swap_rb`` swaps red and blue after decoding;
-    ``show_alpha`` keeps alpha as a fourth channel.
+    ``columns`` ``None`` is automatic: the column count whose tiles come out
+    largest in a view ``view_aspect`` wide per unit of height, or near-square
+    when that is ``None`` (no view, or one not laid out yet); ``flip_rows``
+    flips on top of the header's bottom-up flag; ``swap_rb`` swaps red and
+    blue after decoding; ``show_alpha`` keeps alpha as a fourth channel.
     """
 
     columns: int | None = None
     flip_rows: bool = False
     swap_rb: bool = False
     show_alpha: bool = False
+    view_aspect: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -500,6 +503,19 @@ class GridDisplay:
                 t._plan(cols, 4)
         self.has_frame = False
         return err
+
+    def set_aspect(self, aspect: float | None) -> bool:
+        """Plan automatic columns for a view ``aspect`` wide per unit of height; whether that changes them.
+
+        Only the plan: :meth:`configure` lays the buffers out. An aspect the
+        tiler refuses (a view of no size) counts as ``None``.
+        """
+        before = self._plan.columns
+        try:
+            self._plan.aspect = aspect
+        except TilerError:
+            self._plan.aspect = None
+        return self._plan.columns != before
 
     def _spans(self, region: tuple[int, int, int, int] | None) -> list[tuple[int, int]]:
         """Env ranges ``[start, stop)`` of the tiles in ``region`` (all envs for ``None``), adjacent ones merged."""
@@ -920,11 +936,14 @@ class MonitorSession:
             return
         old, self._display = self._display, options
         self._display_error = None
-        if options.columns != old.columns and self._grid is not None:
-            err = self._grid.configure(options.columns)
-            if err is not None:
-                self._display_error = err
-                self._display = replace(options, columns=None)
+        g = self._grid
+        if g is not None:
+            relaid = g.set_aspect(options.view_aspect)
+            if options.columns != old.columns or (relaid and options.columns is None):
+                err = g.configure(options.columns)
+                if err is not None:
+                    self._display_error = err
+                    self._display = replace(options, columns=None)
         self._link.request_images()
 
     def set_view(self, view: ViewRequest | None) -> None:
@@ -1221,6 +1240,7 @@ class MonitorSession:
             return
         try:
             grid = GridDisplay(h.num_envs, h.image_height, h.image_width, h.image_channels)
+            grid.set_aspect(self._display.view_aspect)
             h_, w_ = h.image_height, h.image_width
             tile = (h_, w_) if self._view is None else self._view.display_tile(h_, w_, grid.gap)
             err = grid.configure(self._display.columns, tile)

@@ -232,6 +232,14 @@ class GridGeometry:
         return r0, max(r0, r1), c0, max(c0, c1)
 
 
+def _check_aspect(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (1e-3 <= float(value) <= 1e3):
+        raise TilerError(f"aspect: {value!r}, must be a view's width over height between 0.001 and 1000")
+    return float(value)
+
+
 class _Scratch:
     """Work arrays kept between calls, one per name, reallocated only when shape or dtype change.
 
@@ -318,15 +326,30 @@ def _sample(block: np.ndarray, h: int, w: int, scratch: _Scratch | None = None) 
 
 _SHRINK_SCRATCH = _Scratch()
 
+#: Source bytes shrunk per pass by :func:`shrink_tiles`: the work arrays of a pass (about 4x this) then
+#: stay near the cache instead of streaming through memory. Measured at 4096 envs of 64x64 RGB shrunk
+#: to 8x8: 3.4 ms in passes of 256 envs against 4.5 ms in one.
+SHRINK_PASS_BYTES = 3 << 20
+
 
 def shrink_tiles(block: np.ndarray, h: int, w: int) -> np.ndarray:
     """The downscale :meth:`Tiler.tile` applies, on its own: ``(..., H, W, c)`` to ``(..., h, w, c)``.
 
     For a caller that places the tiles itself, a chunk of envs at a time (the
-    session's ``pread`` path, the image-sampling helper process). The result
-    is overwritten by the next call in this process: copy it out first.
+    session's ``pread`` path, the image-sampling helper process); a batch
+    ``(n, H, W, c)`` over :data:`SHRINK_PASS_BYTES` is shrunk in passes. The
+    result is overwritten by the next call in this process: copy it out first.
     """
-    return _sample(block, h, w, _SHRINK_SCRATCH)
+    if block.ndim != 4 or block.shape[-3:-1] == (h, w):
+        return _sample(block, h, w, _SHRINK_SCRATCH)
+    n, big_h, big_w, c = block.shape
+    k = max(1, SHRINK_PASS_BYTES // max(1, big_h * big_w * c))
+    if n <= k:
+        return _sample(block, h, w, _SHRINK_SCRATCH)
+    out = _SHRINK_SCRATCH.get("batch", (n, h, w, c), np.uint8)
+    for a in range(0, n, k):
+        out[a : a + k] = _sample(block[a : a + k], h, w, _SHRINK_SCRATCH)
+    return out
 
 
 class Tiler:
@@ -341,8 +364,14 @@ class Tiler:
     channels : int
         Channels per source pixel: 1 (gray), 3 (RGB/BGR) or 4 (RGBA/BGRA).
     columns : int or None, optional
-        Tiles per grid row. ``None`` (default) picks the count that makes the
-        grid closest to square in pixels (for square images, ``ceil(sqrt(n))``).
+        Tiles per grid row. ``None`` (default) picks the count automatically:
+        the grid closest to square in pixels (for square images,
+        ``ceil(sqrt(n))``), or, with ``aspect``, the one whose tiles come out
+        largest when the grid is fitted into a view of that shape.
+    aspect : float or None, optional
+        Width over height of the view the grid is shown in, for automatic
+        columns (``None``: near-square). A wide dock then gets more, larger
+        tiles per row instead of a square grid with empty margins.
     gap : int, optional
         Pixels between neighbouring tiles, 0..64. Default 2.
     gap_value : int or (int, int, int), optional
@@ -373,6 +402,7 @@ class Tiler:
         gap: int = 2,
         gap_value: int | Sequence[int] = 40,
         allocate: bool = True,
+        aspect: float | None = None,
     ) -> None:
         self._scratch = _Scratch()  # the downscale's work arrays, kept between frames
         self._allocate = allocate  # False: plan the layout only (see :attr:`geometry`); tile() is unavailable
@@ -385,6 +415,7 @@ class Tiler:
         self.gap = _check_int("gap", gap, 0, MAX_GAP)
         self.gap_value = _check_gap_value(gap_value)
         self._columns_setting: int | None = None
+        self._aspect = _check_aspect(aspect)
         self._out_channels = 3
         self._cols = 0
         self.grid: np.ndarray = np.empty((0, 0, 3), np.uint8)
@@ -409,6 +440,23 @@ class Tiler:
     def columns_setting(self) -> int | None:
         """The requested column count, ``None`` when chosen automatically."""
         return self._columns_setting
+
+    @property
+    def aspect(self) -> float | None:
+        """Width over height of the view automatic columns fit (``None``: near-square).
+
+        Setting it re-plans an automatic layout (the grid is reallocated only
+        when the column count changes); an explicit column count stays.
+        """
+        return self._aspect
+
+    @aspect.setter
+    def aspect(self, value: float | None) -> None:
+        value = _check_aspect(value)
+        if value != self._aspect:
+            self._aspect = value
+            if self._columns_setting is None:
+                self._plan(None, self._out_channels)
 
     @property
     def rows(self) -> int:
@@ -443,11 +491,16 @@ class Tiler:
     def _auto_columns(self, out_channels: int) -> int:
         best: tuple[float, int, int] | None = None
         best_cols = 0
+        aspect = self._aspect
         for cols in range(1, self.num_envs + 1):
             if not self._fits(cols, out_channels):
                 continue
             rows, width, height = self._size(cols)
-            score = (round(abs(math.log(width / height)), 9), rows * cols - self.num_envs, -cols)
+            if aspect is None:
+                shape = round(abs(math.log(width / height)), 9)
+            else:  # the fitted scale, min(view_w / width, view_h / height) for a view of height 1, negated
+                shape = -round(min(aspect / width, 1.0 / height), 12)
+            score = (shape, rows * cols - self.num_envs, -cols)
             if best is None or score < best:
                 best, best_cols = score, cols
         if best is None:

@@ -425,6 +425,10 @@ class ImageGridWidget(QtWidgets.QWidget):
         Tiler(1, 1, 1, 3, gap=gap, gap_value=gap_value)  # validates both (TilerError) before any frame
         self._gap = gap
         self._gap_value = gap_value
+        # Automatic columns fit the view's shape (width over height, 3 digits) while the grid is fitted;
+        # a zoom or pan by the user keeps the layout until "fit".
+        self._aspect: float | None = None
+        self._fitted = True
         # What is shown: the local front grid (set_frame), or a session's layout (show_image).
         self.tiler: Tiler | GridGeometry | None = None
         self._back: Tiler | None = None  # same geometry; copy_frame fills it, present swaps
@@ -477,6 +481,8 @@ class ImageGridWidget(QtWidgets.QWidget):
         self.view_box.addItem(self.badges, ignoreBounds=True)
         self.view_box.sigRangeChanged.connect(self._update_labels)
         self.view_box.sigResized.connect(self._update_labels)
+        self.view_box.sigResized.connect(self._on_view_resized)
+        self.view_box.sigRangeChangedManually.connect(self._on_user_zoom)
         scene = self.graphics.scene()
         scene.sigMouseMoved.connect(self._on_mouse_moved)
         scene.sigMouseClicked.connect(self._on_mouse_clicked)
@@ -542,6 +548,7 @@ class ImageGridWidget(QtWidgets.QWidget):
             flip_rows=self.flip_check.isChecked(),
             swap_rb=self.channel_combo.currentIndex() == 1,
             show_alpha=self.alpha_check.isChecked(),
+            view_aspect=self._aspect,
         )
 
     def show_image(self, image: ImageFrame, torn: int = 0) -> None:
@@ -721,14 +728,17 @@ class ImageGridWidget(QtWidgets.QWidget):
 
     def _configure(self, n: int, h: int, w: int, c: int) -> Tiler:
         wanted = self.columns_spin.value() or None
+        fit = self._aspect
         try:
-            tiler = Tiler(n, h, w, c, columns=wanted, gap=self._gap, gap_value=self._gap_value)
+            tiler = Tiler(n, h, w, c, columns=wanted, gap=self._gap, gap_value=self._gap_value, aspect=fit)
         except TilerError:
             if wanted is None:
                 raise
-            tiler = Tiler(n, h, w, c, gap=self._gap, gap_value=self._gap_value)
+            tiler = Tiler(n, h, w, c, gap=self._gap, gap_value=self._gap_value, aspect=fit)
         self.tiler = tiler
-        self._back = Tiler(n, h, w, c, columns=tiler.columns_setting, gap=self._gap, gap_value=self._gap_value)
+        self._back = Tiler(
+            n, h, w, c, columns=tiler.columns_setting, gap=self._gap, gap_value=self._gap_value, aspect=fit
+        )
         self._back_ready = False
         self._sync_columns_spin()
         self.labels.set_tiler(tiler)
@@ -831,12 +841,59 @@ class ImageGridWidget(QtWidgets.QWidget):
         self.status_label.setToolTip(text)
 
     # ------------------------------------------------------------ view
+    #: Margin around a fitted grid, a fraction of its size on each side.
+    FIT_PADDING = 0.02
+
     def reset_zoom(self) -> None:
-        """Fit the whole grid in the view."""
+        """Fit the whole grid in the view (at exactly one screen pixel per pixel where only the margin is in the way).
+
+        A grid that fits at full size but not with its margin is shown at full
+        size, centred, without the margin: a shrink by a few percent would
+        blur every tile and cost a resampling per frame.
+        """
         t = self.tiler
+        self._fitted = True
         if t is None:
             return
-        self.view_box.setRange(QtCore.QRectF(0, 0, t.grid_width, t.grid_height), padding=0.02)
+        gw, gh = t.grid_width, t.grid_height
+        vw, vh = self.view_box.width(), self.view_box.height()
+        pad = 1.0 + 2.0 * self.FIT_PADDING
+        if vw > 0 and vh > 0 and min(vw / gw, vh / gh) >= 1.0 > min(vw / (gw * pad), vh / (gh * pad)):
+            cx, cy = gw / 2, gh / 2
+            self.view_box.setRange(xRange=(cx - vw / 2, cx + vw / 2), yRange=(cy - vh / 2, cy + vh / 2), padding=0)
+            return
+        self.view_box.setRange(QtCore.QRectF(0, 0, gw, gh), padding=self.FIT_PADDING)
+
+    def _view_aspect(self) -> float | None:
+        """The view's width over height to 3 digits (``None`` before it is laid out)."""
+        vw, vh = self.view_box.width(), self.view_box.height()
+        if vw < 16 or vh < 16:
+            return None
+        return float(f"{vw / vh:.3g}")
+
+    def _on_user_zoom(self, *_: object) -> None:
+        self._fitted = False
+
+    def _on_view_resized(self, *_: object) -> None:
+        """Keep a fitted grid fitted; with automatic columns, re-plan them for the view's new shape."""
+        if not self._fitted:
+            return
+        aspect = self._view_aspect()
+        if aspect != self._aspect:
+            self._aspect = aspect
+            if not isinstance(self.tiler, Tiler):  # a session's grid, or none yet: the session re-plans
+                self.display_changed.emit(self.display_options())  # (a new layout re-fits when it comes)
+            elif self.tiler.columns_setting is None:
+                t, before = self.tiler, self.tiler.columns
+                t.aspect = aspect
+                if self._back is not None:
+                    self._back.aspect = aspect
+                if t.columns != before:
+                    self.labels.set_tiler(t)
+                    self.badges.set_tiler(t)
+                    self._place_highlight()
+                    self._retile()
+        self.reset_zoom()
 
     def env_at_scene(self, pos: QtCore.QPointF) -> tuple[int, int, int] | None:
         """``(env, px, py)`` under a scene position, or ``None`` off the tiles."""

@@ -392,6 +392,34 @@ def test_overview_is_downscaled_and_hover_and_snapshots_read_exact_bytes(engines
     s.close()
 
 
+def test_automatic_columns_follow_the_views_shape_and_an_explicit_count_stays(engines) -> None:
+    eng = ReferenceEngine(config(num_envs=64, image=(32, 32)))
+    engines.append(eng)
+    s = MonitorSession(eng.name, tools=False)
+    t = run(s, engines, lambda t: t.image is not None, "first image")
+    assert t.image.layout.columns == 8  # no view shape yet: near-square
+    s.set_display(DisplayOptions(view_aspect=2.6))
+    eng.tick()
+    t = run(s, engines, lambda t: t.image is not None and t.image.new, "a new image")
+    g = t.image.layout
+    assert g.columns == 13 and g.columns_setting is None and t.image.options.view_aspect == 2.6
+    np.testing.assert_array_equal(t.image.shown_tile(20), eng.seg.images[20])  # env 20: second row, 8th tile
+    assert g.tile_origin(20) == (7 * 34, 34)
+    s.set_display(DisplayOptions(columns=4, view_aspect=2.6))
+    eng.tick()
+    t = run(s, engines, lambda t: t.image is not None and t.image.new, "a new image")
+    assert t.image.layout.columns == 4
+    s.set_display(DisplayOptions(columns=4, view_aspect=0.5))  # the shape no longer matters
+    eng.tick()
+    t = run(s, engines, lambda t: t.image is not None and t.image.new, "a new image")
+    assert t.image.layout.columns == 4
+    s.set_display(DisplayOptions(view_aspect=0.0))  # a view of no width: near-square
+    eng.tick()
+    t = run(s, engines, lambda t: t.image is not None and t.image.new, "a new image")
+    assert t.image.layout.columns == 8
+    s.close()
+
+
 def test_zoomed_in_only_the_tiles_in_view_are_copied(engines) -> None:
     eng = ReferenceEngine(config(num_envs=64, image=(32, 32)))
     engines.append(eng)

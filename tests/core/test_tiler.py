@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lucky_monitor.core.tiler import MAX_GRID_SIDE, Tiler, TilerError
+from lucky_monitor.core import tiler as tiler_module
+from lucky_monitor.core.tiler import MAX_GRID_SIDE, Tiler, TilerError, shrink_tiles
 from lucky_monitor.protocol.errors import LuckyMonitorError
 
 FORMAT_CHANNELS = {"rgb": 3, "bgr": 3, "rgba": 4, "bgra": 4, "gray": 1}
@@ -337,6 +338,36 @@ def test_the_4096_env_overview_shows_each_tiles_colour() -> None:
         tile = t.tile_view(env)
         assert (tile == colours[env]).all(), env
     assert t.grid.shape[0] < 600 and t.grid.shape[1] < 600  # screen-sized, not 4096x4096
+
+
+def test_a_batch_shrunk_in_passes_equals_one_pass(monkeypatch) -> None:
+    rng = np.random.default_rng(6)
+    images = rng.integers(0, 256, (37, 12, 10, 3), dtype=np.uint8)
+    whole = shrink_tiles(images, 5, 4).copy()
+    monkeypatch.setattr(tiler_module, "SHRINK_PASS_BYTES", 5 * 12 * 10 * 3)  # 5 envs a pass: 8 passes, the last short
+    np.testing.assert_array_equal(shrink_tiles(images, 5, 4), whole)
+    assert whole.shape == (37, 5, 4, 3)
+
+
+def test_automatic_columns_fit_the_views_shape() -> None:
+    # 64 tiles of 64x64 (gap 2) in a view 864x341 px: 13 columns of 5 rows show them at full size; the
+    # near-square 8x8 would shrink them to 0.65x.
+    t = Tiler(64, 64, 64, 3, aspect=864 / 341)
+    assert t.columns == 13 and t.rows == 5
+    assert min(864 / t.grid_width, 341 / t.grid_height) >= 1.0
+    for cols in range(1, 65):  # no other count shows larger tiles
+        rows = -(-64 // cols)
+        assert min(864 / (cols * 66 - 2), 341 / (rows * 66 - 2)) <= min(864 / t.grid_width, 341 / t.grid_height)
+    t.aspect = None
+    assert t.columns == 8  # near-square again
+    t.aspect = 0.25  # a tall, narrow view: few columns
+    assert t.columns < 8
+    t.columns = 5
+    t.aspect = 4.0  # an explicit count stays
+    assert t.columns == 5 and t.columns_setting == 5
+    for bad in (0, -1.0, float("nan"), float("inf"), True, "2"):
+        with pytest.raises(TilerError):
+            Tiler(4, 2, 2, 3, aspect=bad)
 
 
 def test_geometry_is_a_value_with_the_tilers_layout() -> None:

@@ -443,14 +443,15 @@ def test_controls_in_session_mode_ask_the_session_and_do_not_retile(grid_widget,
     asked: list[DisplayOptions] = []
     grid_widget.display_changed.connect(asked.append)
 
+    a = grid_widget.display_options().view_aspect  # the view's shape, for automatic columns
     grid_widget.flip_check.setChecked(True)
-    assert asked == [DisplayOptions(flip_rows=True)]
+    assert asked == [DisplayOptions(flip_rows=True, view_aspect=a)]
     grid_widget.channel_combo.setCurrentIndex(1)
-    assert asked[-1] == DisplayOptions(flip_rows=True, swap_rb=True)
+    assert asked[-1] == DisplayOptions(flip_rows=True, swap_rb=True, view_aspect=a)
     grid_widget.alpha_check.setChecked(True)
-    assert asked[-1] == DisplayOptions(flip_rows=True, swap_rb=True, show_alpha=True)
+    assert asked[-1] == DisplayOptions(flip_rows=True, swap_rb=True, show_alpha=True, view_aspect=a)
     grid_widget.columns_spin.setValue(2)
-    assert asked[-1] == DisplayOptions(columns=2, flip_rows=True, swap_rb=True, show_alpha=True)
+    assert asked[-1] == DisplayOptions(columns=2, flip_rows=True, swap_rb=True, show_alpha=True, view_aspect=a)
     assert len(asked) == 4  # one request per change
     assert grid_widget.display_options() == asked[-1]
 
@@ -583,3 +584,45 @@ def test_long_status_and_readout_text_do_not_widen_the_grid(grid_widget, solid_i
     assert "1000000000000000" in grid_widget.status_label.text()
     assert grid_widget.status_label.toolTip() == grid_widget.status_label.text()  # the whole line, when it is cut
     assert grid_widget.minimumSizeHint().width() == before
+
+
+def test_automatic_columns_follow_the_views_shape_while_the_grid_is_fitted(grid_widget, solid_images, qtbot):
+    asked: list[DisplayOptions] = []
+    grid_widget.display_changed.connect(asked.append)
+    grid_widget.show_image(image_frame(solid_images(64, 16, 16)))
+    assert grid_widget.tiler.columns == 8
+    grid_widget.resize(1200, 330)  # a wide, low dock
+    qtbot.waitUntil(lambda: bool(asked) and (asked[-1].view_aspect or 0) > 2.5)
+    vb = grid_widget.view_box
+    assert asked[-1].view_aspect == pytest.approx(vb.width() / vb.height(), rel=0.01)
+    grid_widget.show_image(image_frame(solid_images(64, 16, 16), options=asked[-1]))  # the session's answer
+    t = grid_widget.tiler
+    assert t.columns > 8 and t.columns_setting is None and grid_widget.columns_spin.value() == 0  # still "auto"
+    view = vb.viewRect()
+    assert view.contains(QtCore.QRectF(0, 0, t.grid_width, t.grid_height))  # fitted to the new layout
+    # A zoom by the user keeps the layout when the view changes shape, until "fit".
+    vb.sigRangeChangedManually.emit([True, True])
+    n = len(asked)
+    grid_widget.resize(500, 500)
+    qtbot.wait(50)
+    assert len(asked) == n
+    grid_widget.reset_button.click()
+    grid_widget.resize(520, 500)
+    qtbot.waitUntil(lambda: len(asked) > n)
+    assert asked[-1].view_aspect is not None and asked[-1].view_aspect < 1.5
+
+
+def test_a_grid_that_fits_at_full_size_but_not_with_its_margin_is_shown_at_full_size(grid_widget, qtbot):
+    vb = grid_widget.view_box
+    vw, vh = vb.width(), vb.height()
+    for shrink, want_native in ((0.99, True), (0.8, False)):
+        h, w = int(vh * shrink), int(vw * shrink)
+        image = np.zeros((1, h, w, 3), np.uint8)
+        grid_widget.show_image(image_frame(image))
+        grid_widget.reset_zoom()
+        px = vb.viewPixelSize()
+        if want_native:
+            assert px[0] == pytest.approx(1.0, abs=1e-6) and px[1] == pytest.approx(1.0, abs=1e-6)
+        else:
+            assert px[0] < 0.99  # enlarged to fit, with its margin
+        assert vb.viewRect().contains(QtCore.QRectF(0, 0, w, h))

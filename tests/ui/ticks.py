@@ -144,7 +144,7 @@ def image_frame(
     c = images.shape[3] if images.ndim == 4 else 1
     if src_format is None:
         src_format = {1: "gray", 3: "rgb", 4: "rgba"}[c]
-    t = Tiler(n, h, w, c, columns=options.columns, gap=gap, gap_value=gap_value)
+    t = Tiler(n, h, w, c, columns=options.columns, gap=gap, gap_value=gap_value, aspect=options.view_aspect)
     t.tile(
         images,
         src_format=src_format,
