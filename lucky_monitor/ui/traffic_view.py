@@ -68,14 +68,31 @@ class _ElideLeft(QtWidgets.QStyledItemDelegate):
         option.textElideMode = Qt.TextElideMode.ElideLeft  # type: ignore[attr-defined]
 
 
+_DISPLAY = Qt.ItemDataRole.DisplayRole
+_TOOLTIP = Qt.ItemDataRole.ToolTipRole
+_FOREGROUND = Qt.ItemDataRole.ForegroundRole
+_ALIGNMENT = Qt.ItemDataRole.TextAlignmentRole
+#: Per column: the text alignment (numbers right-aligned), ``None`` for the style's default.
+_ALIGN = tuple(
+    int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter) if col in (0, 3, 4, 5) else None
+    for col in range(len(COLUMNS))
+)
+
+
 class TrafficModel(QtCore.QAbstractTableModel):
-    """A read-only table over a snapshot of :class:`TrafficLog` entries."""
+    """A read-only table over a snapshot of :class:`TrafficLog` entries.
+
+    A paint asks :meth:`data` for seven roles of every visible cell (about
+    2,000 calls for a dock-high table): each row's texts are formatted once,
+    the first time the row is shown, and a call is a lookup.
+    """
 
     MAX_ROWS = 2000
 
     def __init__(self, parent: QtCore.QObject | None = None) -> None:
         super().__init__(parent)
         self._rows: list[TrafficEntry] = []
+        self._texts: list[tuple[str, ...] | None] = []  # each row's column texts, once shown
         self._t0 = 0.0
         self._error_brush = QtGui.QBrush(QtGui.QColor(pal.BAD))
 
@@ -86,6 +103,7 @@ class TrafficModel(QtCore.QAbstractTableModel):
     def set_entries(self, entries: list[TrafficEntry], t0: float) -> None:
         self.beginResetModel()
         self._rows = entries[-self.MAX_ROWS :]
+        self._texts = [None] * len(self._rows)
         self._t0 = t0
         self.endResetModel()
 
@@ -110,10 +128,12 @@ class TrafficModel(QtCore.QAbstractTableModel):
             drop = min(len(self._rows), max(over, self.TRIM_BATCH))
             self.beginRemoveRows(QtCore.QModelIndex(), 0, drop - 1)
             del self._rows[:drop]
+            del self._texts[:drop]
             self.endRemoveRows()
         n = len(self._rows)
         self.beginInsertRows(QtCore.QModelIndex(), n, n + len(entries) - 1)
         self._rows.extend(entries)
+        self._texts.extend([None] * len(entries))
         self.endInsertRows()
 
     def rowCount(self, parent: QtCore.QModelIndex | QtCore.QPersistentModelIndex = QtCore.QModelIndex()) -> int:  # noqa: B008
@@ -133,49 +153,54 @@ class TrafficModel(QtCore.QAbstractTableModel):
     def entry(self, row: int) -> TrafficEntry:
         return self._rows[row]
 
+    def _row_texts(self, row: int) -> tuple[str, ...]:
+        e = self._rows[row]
+        if e.latency_s is not None:
+            latency = f"{e.latency_s * 1e3:.3f}"
+        else:
+            latency = UNKNOWN_LATENCY if e.unknown_latency else ""
+        texts = (
+            f"{e.t - self._t0:.1f}",
+            SHORT_DIRECTIONS[(e.pair, e.direction)],
+            e.method,
+            correlation_text(e.correlation_id),
+            str(e.size),
+            latency,
+            e.error or "",
+        )
+        self._texts[row] = texts
+        return texts
+
     def data(self, index: QtCore.QModelIndex | QtCore.QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
+        row = index.row()
+        if not 0 <= row < len(self._rows):
             return None
-        e = self._rows[index.row()]
-        col = index.column()
-        if role == Qt.ItemDataRole.DisplayRole:
-            if col == 0:
-                return f"{e.t - self._t0:.1f}"
-            if col == 1:
-                return SHORT_DIRECTIONS[(e.pair, e.direction)]
-            if col == 2:
-                return e.method
-            if col == 3:
-                return correlation_text(e.correlation_id)
-            if col == 4:
-                return str(e.size)
-            if col == 5:
-                if e.latency_s is not None:
-                    return f"{e.latency_s * 1e3:.3f}"
-                return UNKNOWN_LATENCY if e.unknown_latency else ""
-            if col == 6:
-                return e.error or ""
-        if role == Qt.ItemDataRole.ToolTipRole:
-            if col == 5 and e.latency_s is None and e.unknown_latency:
-                return f"latency unknown: {e.unknown_latency}"
-            if col == 0:
-                return f"{e.t - self._t0:.3f} s after the first entry"
-            if col == 1:
-                return f"{e.arrow} ({e.pair} ring)"
-            if col == 5 and e.latency_s is not None:
-                return ms_text(e.latency_s, 3)
-            if col == 2:
-                return e.method
-            if col == 3:
-                return (
-                    f"correlation id {e.correlation_id} ({e.correlation_id:#x}; shown as high:low 32-bit halves in hex)"
-                )
-            if col == 6 and e.error:
-                return e.error
-        if role == Qt.ItemDataRole.ForegroundRole and e.error:
-            return self._error_brush
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (0, 3, 4, 5):
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == _DISPLAY:
+            texts = self._texts[row]
+            return (texts or self._row_texts(row))[index.column()]
+        if role == _ALIGNMENT:
+            return _ALIGN[index.column()]
+        if role == _FOREGROUND:
+            return self._error_brush if self._rows[row].error else None
+        if role == _TOOLTIP:
+            return self._tooltip(self._rows[row], index.column())
+        return None
+
+    def _tooltip(self, e: TrafficEntry, col: int) -> str | None:
+        if col == 5 and e.latency_s is None and e.unknown_latency:
+            return f"latency unknown: {e.unknown_latency}"
+        if col == 0:
+            return f"{e.t - self._t0:.3f} s after the first entry"
+        if col == 1:
+            return f"{e.arrow} ({e.pair} ring)"
+        if col == 5 and e.latency_s is not None:
+            return ms_text(e.latency_s, 3)
+        if col == 2:
+            return e.method
+        if col == 3:
+            return f"correlation id {e.correlation_id} ({e.correlation_id:#x}; shown as high:low 32-bit halves in hex)"
+        if col == 6 and e.error:
+            return e.error
         return None
 
 
