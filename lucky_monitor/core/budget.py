@@ -100,11 +100,12 @@ class Rates:
         return f"images {self.images_hz:g} Hz · plots {self.plots_hz:g} Hz · panel {self.panel_hz:g} Hz"
 
 
-#: Rungs from the full rates to the floor (images ≥ 2 Hz, plots ≥ 0.5 Hz, panel ≥ 1 Hz). Every
+#: Rungs from the full rates to the floor (images ≥ 2 Hz, plots and panels ≥ 0.5 Hz). Every
 #: image is shown as long as plots and panels can give way: they are cut to a refresh every
-#: two seconds and every second before the first image is skipped. Then the image rate steps
-#: down in small steps near a camera's usual rates (45, 40, 30, 25 Hz ...), so the window
-#: settles on the highest rate that fits rather than halving it.
+#: two seconds before the first image is skipped (the panels' rate also paces the traffic
+#: table, whose repaint of a dock-high table is 5-7 ms). Then the image rate steps down in
+#: small steps near a camera's usual rates (45, 40, 30, 25 Hz ...), so the window settles on
+#: the highest rate that fits rather than halving it.
 LADDER: tuple[Rates, ...] = (
     Rates(60, 10, 10),
     Rates(60, 5, 10),
@@ -113,15 +114,16 @@ LADDER: tuple[Rates, ...] = (
     Rates(60, 1, 5),
     Rates(60, 1, 2),
     Rates(60, 0.5, 1),
-    Rates(45, 0.5, 1),
-    Rates(40, 0.5, 1),
-    Rates(30, 0.5, 1),
-    Rates(25, 0.5, 1),
-    Rates(20, 0.5, 1),
-    Rates(15, 0.5, 1),
-    Rates(10, 0.5, 1),
-    Rates(5, 0.5, 1),
-    Rates(2, 0.5, 1),
+    Rates(60, 0.5, 0.5),
+    Rates(45, 0.5, 0.5),
+    Rates(40, 0.5, 0.5),
+    Rates(30, 0.5, 0.5),
+    Rates(25, 0.5, 0.5),
+    Rates(20, 0.5, 0.5),
+    Rates(15, 0.5, 0.5),
+    Rates(10, 0.5, 0.5),
+    Rates(5, 0.5, 0.5),
+    Rates(2, 0.5, 0.5),
 )
 
 

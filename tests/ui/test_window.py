@@ -281,7 +281,7 @@ def test_the_budget_thins_painting_never_polling(qtbot, engine, window):
     win = window(engine.name)
     wait_state(qtbot, win, LinkState.FREE_RUNNING)
     qtbot.waitUntil(lambda: win.stats.images_presented > 0, timeout=5000)
-    win.budget.level = len(LADDER) - 1  # the floor: images 2 Hz, plots 0.5 Hz, panel 1 Hz
+    win.budget.level = len(LADDER) - 1  # the floor: images 2 Hz, plots 0.5 Hz, panel 0.5 Hz
     win.budget.update = lambda now, cpu, idle=None: False  # held there
     plots = []
     win.plots.update_view = lambda: plots.append(1)
@@ -295,9 +295,9 @@ def test_the_budget_thins_painting_never_polling(qtbot, engine, window):
     assert _t(win).counters.images_copied - copied <= 8  # and copies only the images it shows
     assert (_t(win).rates.images_per_s or 0) > 50  # while following every publication's rate
     assert len(plots) <= 3  # plots every 2 s
-    assert win.backend.LIVE_PERIOD_S == 1.0
+    assert win.backend.LIVE_PERIOD_S == 2.0  # the panels every 2 s
     win._update_status(_t(win))
-    assert "images 2 Hz · plots 0.5 Hz · panel 1 Hz" in win.budget_label.text()
+    assert "images 2 Hz · plots 0.5 Hz · panel 0.5 Hz" in win.budget_label.text()
 
 
 def test_status_bar_shows_the_budget_and_the_rates_in_force(qtbot, engine, window):
