@@ -166,6 +166,11 @@ class CpuBudget:
     #: all starting at once) must not hold the window at a low rung for good; a rung far over is not.
     fit = 0.98
     retry = 1.25
+    #: Costs measured in the window's first seconds (its first layouts and paints, the QML panels
+    #: warming up, engine and trainer starting beside it) read 2-5 points high: at the end of this
+    #: warm-up they count as measured long ago, so the rungs they ruled out are tried again at once
+    #: (if within ``retry`` budgets) instead of ``memory_s`` later.
+    warmup_s = 10.0
     #: Below this much idle CPU (in cores, over the last readings) the machine counts as saturated ...
     SATURATED_IDLE_CORES = 0.5
     #: ... and the budget in force is this share of the one asked for.
@@ -205,6 +210,7 @@ class CpuBudget:
         self._last_up_at: float | None = None
         self._hold = hold_up_s
         self._measured: dict[int, tuple[float, float]] = {}  # level -> (mean usage there, when)
+        self._started_at: float | None = None  # the first reading; None again once warm-up ended
         self._rung: deque[tuple[float, float]] = deque()  # (time, CPU seconds) since the rung began, ≤ mean_window_s
 
     @property
@@ -245,7 +251,10 @@ class CpuBudget:
         while len(r) > 2 and now - r[1][0] >= self.window_s:
             r.popleft()
         if self._changed_at is None:
-            self._changed_at = now
+            self._changed_at = self._started_at = now
+        elif self._started_at is not None and now - self._started_at >= self.warmup_s:
+            self._started_at = None  # warm-up over: what it measured counts as measured long ago
+            self._measured = {lv: (u, -math.inf) for lv, (u, _) in self._measured.items()}
         t0, c0 = r[0]
         span = now - t0
         if span < self.settle_s or span <= 0:

@@ -299,3 +299,25 @@ def test_a_busy_start_does_not_hold_the_window_at_a_low_rung():
     # again once it is memory_s old, and from there what an image a second costs leads it up.
     run(b, cost, 100, t, cpu)
     assert LADDER[b.level].images_hz == 60 and b.level == first_images - 1
+
+
+def test_costs_measured_in_the_windows_warm_up_do_not_hold_it_down():
+    """The window's first seconds cost 3 points more (first paints, QML warming up); then every image fits.
+
+    What the warm-up measured counts as old once it ends: the rungs it ruled out are tried again at
+    once, so the window is back at every image within seconds instead of memory_s (30 s) later.
+    """
+    first_images = next(i for i, r in enumerate(LADDER) if r.images_hz < 60)
+
+    def cost(level: int, t: float) -> float:
+        warm = 3.0 if t < 8 else 0.0
+        return 7.5 + 0.03 * min(LADDER[level].images_hz, 50) + (20.0 if level < first_images - 1 else 0.0) + warm
+
+    def at_every_image_by(seconds: float, warmup_s: float) -> bool:
+        b = CpuBudget(10)
+        b.warmup_s = warmup_s
+        levels, _, _ = run(b, cost, seconds)
+        return LADDER[levels[-1]].images_hz == 60
+
+    assert at_every_image_by(30, CpuBudget.warmup_s)
+    assert not at_every_image_by(30, float("inf"))  # remembered for memory_s, the warm-up held it down
