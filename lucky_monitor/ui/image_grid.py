@@ -789,12 +789,16 @@ class ImageGridWidget(QtWidgets.QWidget):
             self._status(str(err))
             self._meta = None
             return
+        self._relaid(t)
+        self.reset_zoom()
+        self._update_labels()
+
+    def _relaid(self, t: Tiler) -> None:
+        """Show the local grid in its new layout (labels, badges, selection, tiles)."""
         self.labels.set_tiler(t)
         self.badges.set_tiler(t)
         self._place_highlight()
         self._retile()
-        self.reset_zoom()
-        self._update_labels()
 
     def _update_labels(self, *_: object) -> None:
         px = self.view_box.viewPixelSize()
@@ -889,10 +893,7 @@ class ImageGridWidget(QtWidgets.QWidget):
                 if self._back is not None:
                     self._back.aspect = aspect
                 if t.columns != before:
-                    self.labels.set_tiler(t)
-                    self.badges.set_tiler(t)
-                    self._place_highlight()
-                    self._retile()
+                    self._relaid(t)
         self.reset_zoom()
 
     def env_at_scene(self, pos: QtCore.QPointF) -> tuple[int, int, int] | None:
