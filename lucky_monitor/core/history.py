@@ -74,6 +74,9 @@ MAX_RASTER_CAPACITY = 1 << 14
 #: :attr:`History.sampled` stays true for this many appends after one that skipped frames.
 SAMPLED_MEMORY = 120
 
+#: Appends whose statistics (mean, min, max, p10, p90) are computed together, or fewer at a read.
+STATS_BATCH = 32
+
 _NUMERIC_KINDS = frozenset("biuf")
 _MAX_SELECTION_ITEMS = 64
 
@@ -258,7 +261,9 @@ class History:
         self._raster = np.zeros((rcap, n), np.float32)
         self._raster_seq = np.zeros(rcap, np.int64)
         self._raster_t = np.zeros(rcap, np.float64)
-        self._scratch = np.zeros(n, np.float32)
+        #: appends whose statistics may wait (see :meth:`_flush_stats`): their rows are still in the raster
+        #: and their slots in the scalar rings are distinct
+        self._stats_batch = min(STATS_BATCH, rcap, cap)
         self._sel_ids = np.zeros(0, np.intp)
         # Partition points for min, p10, p90 and max with all n values finite.
         self._kth, self._interp = self._plan_percentiles(n)
@@ -268,6 +273,7 @@ class History:
     # ------------------------------------------------------------------ state
     def _reset_counters(self) -> None:
         self._count = 0
+        self._stats_done = 0  # appends below this index have their statistics written
         self._skipped_total = 0
         self._last_seq: int | None = None
         self._last_t = -math.inf
@@ -351,7 +357,6 @@ class History:
             self._raster,
             self._raster_seq,
             self._raster_t,
-            self._scratch,
         )
         return sum(a.nbytes for a in arrays)
 
@@ -431,32 +436,60 @@ class History:
         self._dones[i] = np.count_nonzero(don)
         self._truncs[i] = 0 if tru is None else np.count_nonzero(tru)
         self._skipped[i] = skipped
-        self._write_stats(i, row)
         k = self._sel_ids.shape[0]
         if k:
             self._sel[:k, i] = row[self._sel_ids]
 
         self._count += 1
+        if self._count - self._stats_done >= self._stats_batch:
+            self._flush_stats()
         self._last_seq = seq
         self._last_t = when
         if skipped:
             self._skipped_total += skipped
             self._last_skip_count = self._count
 
-    def _write_stats(self, i: int, row: np.ndarray) -> None:
-        mean = float(row.mean(dtype=np.float64))
-        if math.isnan(mean):
-            values = row[~np.isnan(row)]
-            if values.shape[0] == 0:
-                for ring in (self._mean, self._min, self._max, self._p10, self._p90):
-                    ring[i] = np.nan
+    def _flush_stats(self) -> None:
+        """Write the statistics of the appends that have none yet, from their raster rows, all at once.
+
+        Per frame, numpy's per-call overhead is most of the cost of five
+        numbers over a few hundred envs: the rows wait (at most
+        ``_stats_batch``, never more than the raster holds) and are reduced
+        together here, before the next read or when the batch is full.
+        """
+        done, count = self._stats_done, self._count
+        if count <= done:
+            return
+        appends = np.arange(done, count)
+        rows = self._raster[appends % self._rcap]  # a copy: partitioned in place below
+        ring = appends % self._cap
+        self._stats_done = count
+        means = rows.mean(axis=1, dtype=np.float64)
+        with_nan = np.isnan(means)
+        if with_nan.any():
+            for j in np.flatnonzero(with_nan):
+                self._write_stats(int(ring[j]), rows[j])
+            keep = ~with_nan
+            rows, means, ring = rows[keep], means[keep], ring[keep]
+            if rows.shape[0] == 0:
                 return
-            mean = float(values.mean(dtype=np.float64))
-            kth, interp = self._plan_percentiles(values.shape[0])
-        else:
-            values = self._scratch
-            values[...] = row
-            kth, interp = self._kth, self._interp
+        rows.partition(self._kth, axis=1)
+        self._mean[ring] = means
+        self._min[ring] = rows[:, 0]
+        self._max[ring] = rows[:, -1]
+        for stat, (lo, hi, frac) in zip((self._p10, self._p90), self._interp, strict=True):
+            a = rows[:, lo].astype(np.float64)
+            stat[ring] = a + (rows[:, hi].astype(np.float64) - a) * frac if frac else a
+
+    def _write_stats(self, i: int, row: np.ndarray) -> None:
+        """One frame's statistics where a reward is NaN: over the values that are not."""
+        values = row[~np.isnan(row)]
+        if values.shape[0] == 0:
+            for ring in (self._mean, self._min, self._max, self._p10, self._p90):
+                ring[i] = np.nan
+            return
+        mean = float(values.mean(dtype=np.float64))
+        kth, interp = self._plan_percentiles(values.shape[0])
         values.partition(kth)
         self._mean[i] = mean
         self._min[i] = values[0]
@@ -567,6 +600,7 @@ class History:
             If ``seconds`` is negative or not a number.
         """
         secs = self._check_seconds(seconds)
+        self._flush_stats()
         count = self._count
         m = self._held_since(secs, self._t, min(count, self._cap))
         k = self._sel_ids.shape[0]

@@ -66,6 +66,31 @@ def test_statistics_match_brute_force(n: int) -> None:
     np.testing.assert_array_equal(view.t, 0.5 * np.arange(count))
 
 
+@pytest.mark.parametrize(("capacity", "raster_capacity"), [(1, 1), (5, 3), (7, 40), (100, 2), (100, 100)])
+def test_statistics_are_right_however_reads_and_appends_interleave(capacity: int, raster_capacity: int) -> None:
+    # Statistics are written in batches from the raster rows: a read in the middle of a batch, a batch
+    # larger than either ring, and rows with NaN among them must all give each frame its own numbers.
+    rng = np.random.default_rng(capacity * 1000 + raster_capacity)
+    n = 9
+    history = History(n, capacity=capacity, raster_capacity=raster_capacity)
+    expected: list[dict[str, float]] = []
+    for k in range(150):
+        row = rng.standard_normal(n).astype(np.float32)
+        if k % 11 == 3:
+            row[rng.integers(0, n, 3)] = np.nan
+        if k % 37 == 5:
+            row[:] = np.nan
+        history.append(k + 1, float(k), row, np.zeros(n, np.uint8))
+        expected.append(brute_stats(row))
+        if rng.random() < 0.15:
+            view = history.window(None)
+            held = expected[-len(view) :]
+            for j, want in enumerate(held):
+                for name, value in want.items():
+                    got = getattr(view, name)[j]
+                    assert (math.isnan(got) and math.isnan(value)) or got == pytest.approx(value, rel=1e-12), (k, j)
+
+
 def test_input_dtypes_are_converted() -> None:
     history = History(4, capacity=8)
     history.append(1, 0.0, np.array([1, 2, 3, 4], dtype=np.int16), np.array([True, False, True, True]))
