@@ -10,6 +10,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from lucky_monitor.core.session import DisplayOptions
 from lucky_monitor.core.tiler import FrameMeta, Tiler, TilerError
+from lucky_monitor.ui import palette as pal
 from lucky_monitor.ui.image_grid import ImageGridError, ImageGridWidget, array_to_qimage
 from tests.ui.ticks import image_frame, pixel_reader
 
@@ -626,3 +627,69 @@ def test_a_grid_that_fits_at_full_size_but_not_with_its_margin_is_shown_at_full_
         else:
             assert px[0] < 0.99  # enlarged to fit, with its margin
         assert vb.viewRect().contains(QtCore.QRectF(0, 0, w, h))
+
+
+class _PaintCounter(QtCore.QObject):
+    def __init__(self) -> None:
+        super().__init__()
+        self.paints = 0
+
+    def eventFilter(self, watched: QtCore.QObject, event: QtCore.QEvent) -> bool:
+        if event.type() == QtCore.QEvent.Type.Paint:
+            self.paints += 1
+        return False
+
+
+def test_new_frames_are_painted_by_the_canvas_alone(grid_widget, solid_images, qtbot):
+    # The view's scene is never repainted for a new image: the canvas over the viewport paints the
+    # image and blits its cached overlays (the env labels here), which are not rendered again.
+    grid_widget.set_frame(solid_images(16, 64, 64))
+    settle(grid_widget)
+    canvas = grid_widget.canvas
+    assert canvas.geometry() == grid_widget.graphics.viewport().rect()
+    assert grid_widget.labels.last_drawn == 16
+    counter = _PaintCounter()
+    grid_widget.graphics.viewport().installEventFilter(counter)
+    paints, renders = canvas.paints, canvas.overlay_renders
+    for k in range(10):
+        images = solid_images(16, 64, 64)[::-1] if k % 2 else solid_images(16, 64, 64)
+        grid_widget.set_frame(np.ascontiguousarray(images))
+        qtbot.waitUntil(lambda p=paints + k: canvas.paints > p, timeout=2000)
+    assert counter.paints == 0, "the viewport under the canvas must not be repainted"
+    assert canvas.overlay_renders == renders, "a new image must not render the overlays again"
+    shown = solid_images(16, 64, 64)[::-1]  # the last frame (k == 9)
+    for env in (0, 7, 15):
+        assert viewport_rgb(grid_widget, tile_center_on_viewport(grid_widget, env)) == tuple(shown[env, 0, 0])
+
+
+def test_canvas_overlays_follow_selection_zoom_and_resize(grid_widget, solid_images, qtbot):
+    grid_widget.set_frame(solid_images(9, 32, 32))
+    settle(grid_widget)
+    canvas = grid_widget.canvas
+    grid_widget.select_env(4)
+    settle(grid_widget)
+    # the selection frame (2 device pixels, drawn centred on the tile's edge) is in the canvas's pixels
+    t = grid_widget.tiler
+    x0, y0 = t.tile_origin(4)
+    edge = grid_widget.graphics.mapFromScene(grid_widget.view_box.mapViewToScene(QtCore.QPointF(x0 + 16, y0)))
+    selection = QtGui.QColor(pal.SELECTION)
+    assert viewport_rgb(grid_widget, edge) == (selection.red(), selection.green(), selection.blue())
+    renders = canvas.overlay_renders
+    grid_widget.view_box.setRange(QtCore.QRectF(0, 0, 40, 40), padding=0)
+    settle(grid_widget)
+    assert canvas.overlay_renders > renders, "a zoom renders the overlays again"
+    grid_widget.select_env(None)
+    settle(grid_widget)
+    assert viewport_rgb(grid_widget, edge) != (selection.red(), selection.green(), selection.blue())
+    grid_widget.resize(500, 400)
+    qtbot.waitUntil(lambda: canvas.geometry() == grid_widget.graphics.viewport().rect(), timeout=2000)
+
+
+def test_the_canvas_lets_the_mouse_through_to_the_view(grid_widget, solid_images):
+    grid_widget.set_frame(solid_images(4, 32, 32))
+    settle(grid_widget)
+    viewport = grid_widget.graphics.viewport()
+    point = tile_center_on_viewport(grid_widget, 3)
+    assert grid_widget.canvas.testAttribute(QtCore.Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+    assert grid_widget.canvas.isVisible() and grid_widget.canvas.geometry().contains(point)
+    assert viewport.childAt(point) is None  # what the mouse reaches there is the viewport itself
