@@ -693,3 +693,20 @@ def test_the_canvas_lets_the_mouse_through_to_the_view(grid_widget, solid_images
     assert grid_widget.canvas.testAttribute(QtCore.Qt.WidgetAttribute.WA_TransparentForMouseEvents)
     assert grid_widget.canvas.isVisible() and grid_widget.canvas.geometry().contains(point)
     assert viewport.childAt(point) is None  # what the mouse reaches there is the viewport itself
+
+
+def test_an_overlay_with_nothing_drawn_is_not_blended(grid_widget, solid_images):
+    # 1024 tiles of 8x8: too small for labels, nothing selected or flagged: nothing to blend per frame
+    grid_widget.set_frame(solid_images(1024, 8, 8))
+    settle(grid_widget)
+    canvas = grid_widget.canvas
+    assert grid_widget.labels.last_drawn == 0 and not canvas.overlay_shown
+    grid_widget.select_env(5)
+    settle(grid_widget)
+    assert canvas.overlay_shown
+    grid_widget.select_env(None)
+    settle(grid_widget)
+    assert not canvas.overlay_shown
+    grid_widget.set_frame(solid_images(4, 64, 64))  # big tiles: their labels are drawn
+    settle(grid_widget)
+    assert grid_widget.labels.last_drawn == 4 and canvas.overlay_shown
