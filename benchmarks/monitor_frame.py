@@ -14,7 +14,12 @@ line with:
   now, synchronously). Each sample starts right after the engine published a
   new image (``image_seq`` moved to a new even value).
   ``frame_parts_median_ms`` splits it into ``poll`` (which includes the
-  copy-and-tile), ``present`` and ``repaint``.
+  copy-and-tile), ``present`` and ``repaint``. Where the sampling helper
+  shrinks the images (4 MiB or more of tiles shown smaller than their
+  pixels: the 4096-env row), the poll tiles the helper's answer to the
+  request made at the previous step and sends the next request; the helper
+  samples meanwhile, and ``helper_ms_per_image`` is the helpers' CPU per frame
+  (``frame_ms + helper_ms_per_image`` is then the frame's whole CPU cost).
 * ``tick_ms`` / ``tick_p90_ms`` - ``win.tick()`` + the same repaint: the whole
   60 Hz tick (history, traffic taps, and whatever the CPU budget's rates make
   due that tick: plots, panels, the traffic table and status figures) on a
@@ -225,6 +230,7 @@ def bench_frames(app: Any, cfg: Config, name: str, workdir: str, samples: int, w
         for v in parts.values():
             v.clear()
         seq0, t0 = counter("image_seq"), time.monotonic()
+        helper0 = win.session.helper_cpu_s()
         for i in range(samples * len(kinds)):
             kind, step = kinds[i % len(kinds)]
             last = wait_new_image(counter, last)
@@ -240,6 +246,8 @@ def bench_frames(app: Any, cfg: Config, name: str, workdir: str, samples: int, w
             last = max(last, counter("image_seq") & ~1)  # a frame handled late does not count as new
             app.processEvents()  # outside the timed region: the rest of the window's pending events
         dt = time.monotonic() - t0
+        helper_s = win.session.helper_cpu_s() - helper0
+        answered = len(times["frame"]) + len(times["tick"])
         grid = win.grid.tiler
         port = win_port.size()
         out: dict[str, Any] = {
@@ -247,6 +255,7 @@ def bench_frames(app: Any, cfg: Config, name: str, workdir: str, samples: int, w
             **summary_ms(times["copy"], "copy"),
             **summary_ms(times["tick"], "tick"),
             **summary_ms(times["bare_grid"], "bare_grid"),
+            "helper_ms_per_image": round(helper_s * 1e3 / answered, 3) if answered else None,
             "frame_failed_ms": round(percentile(failed, 50) * 1e3, 3) if failed else None,
             "frame_parts_median_ms": {k: round(percentile(v, 50) * 1e3, 3) if v else None for k, v in parts.items()},
             "samples": {k: len(v) for k, v in times.items()},

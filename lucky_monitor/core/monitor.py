@@ -25,6 +25,7 @@ import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -153,6 +154,37 @@ class Counters:
 #: :class:`~lucky_monitor.protocol.errors.SegmentGone` when a read comes back short.
 ImageSink = Callable[[Segment], object]
 
+
+class DeferredCopy(Protocol):
+    """The answer to a deferred image copy: one the copier made under the image seqlock itself."""
+
+    @property
+    def ok(self) -> bool: ...  # consistent: the copy holds one whole publication
+    @property
+    def seq(self) -> int: ...  # its even ``image_seq``
+    @property
+    def frame_seq(self) -> int: ...  # ``image_frame_seq`` read under the same seqlock
+    @property
+    def torn(self) -> int: ...  # attempts discarded because the engine wrote meanwhile
+
+
+class DeferredImages(Protocol):
+    """An image copier that works while the monitor goes on (the sampling helper, see ``core.session``).
+
+    ``request`` starts a copy of the current images and says whether it did
+    (or one is still in flight); ``False`` and the poll copies through the
+    :data:`ImageSink` under its own seqlock. ``collect`` never waits: it
+    returns the answer to the request in flight once it came (the copy is
+    then in the caller's buffers), ``None`` before, or when the answer no
+    longer fits what is displayed. Both raise ``SegmentGone`` when the copier
+    lost the segment.
+    """
+
+    def request(self, seg: Segment) -> bool: ...
+
+    def collect(self, seg: Segment) -> DeferredCopy | None: ...
+
+
 #: The inspector copies the obs (and act) region only up to this size: a header may describe 1 GiB of obs.
 INSPECT_MAX_BYTES = 64 * 1024 * 1024
 
@@ -221,6 +253,7 @@ class MonitorCore:
         self.allow_other_user = allow_other_user
         self.prefix = prefix
         self.image_sink = image_sink
+        self.deferred_images: DeferredImages | None = None  # tried before the sink; see DeferredImages
         self.stall_after = stall_after
         self.clock = clock
         self.counters = Counters()
@@ -470,20 +503,20 @@ class MonitorCore:
             out.obs = att.obs
 
         image_seq = live.image_seq
+        deferred = self.deferred_images if seg.images is not None else None
+        if deferred is not None:  # a copy requested at an earlier poll, answered since: taken even if unwanted now
+            got = deferred.collect(seg)
+            if got is not None:
+                self.counters.torn_images += got.torn
+                if got.ok:
+                    out = self._image_copied(out, att, now, got.seq, got.frame_seq)
         want_images = self.copy_images and (image_seq != att.last_image_seq or self._force_images)
-        if seg.images is not None and want_images:
+        if seg.images is not None and want_images and (deferred is None or not deferred.request(seg)):
             sink = self.image_sink or self._copy_images
             r = seqlock_read(lambda: counter("image_seq"), lambda: sink(seg))
             self.counters.torn_images += r.torn
             if r.ok:
-                self._force_images = False
-                att.last_image_seq = r.seq
-                self.counters.images_copied += 1
-                if out is None:
-                    out = Frame(frame_seq, action_seq, now, att.rewards, att.dones, att.truncateds, True, 0)
-                out.image_updated = True
-                out.image_seq = r.seq
-                out.image_frame_seq = counter("image_frame_seq")
+                out = self._image_copied(out, att, now, r.seq, counter("image_frame_seq"))
 
         sample = (now, frame_seq, image_seq // 2)
         if len(att.samples) > 1 and now - att.samples[-2][0] < 0.01:
@@ -493,6 +526,20 @@ class MonitorCore:
         self._update_rates(att, now)
         self._classify(att, now, frame_seq, action_seq, client_pid, live.engine_state)
         self._refresh_notice(now)
+        return out
+
+    def _image_copied(self, out: Frame | None, att: _Attached, now: float, seq: int, frame_seq: int) -> Frame:
+        """Record a consistent image copy (of ``image_seq`` ``seq``) in this poll's frame, made if need be."""
+        self._force_images = False
+        att.last_image_seq = seq
+        self.counters.images_copied += 1
+        if out is None:
+            live = self.live
+            assert live is not None
+            out = Frame(live.frame_seq, live.action_seq, now, att.rewards, att.dones, att.truncateds, True, 0)
+        out.image_updated = True
+        out.image_seq = seq
+        out.image_frame_seq = frame_seq
         return out
 
     def request_images(self) -> None:

@@ -68,7 +68,7 @@ from ..protocol.messages import (
 from ..protocol.seqlock import engine_turn_read, hot_read, seqlock_read
 from ..transport.cuda import CudaObs
 from ..transport.discovery import list_segments, pid_alive
-from ..transport.sampler import ImageSampler
+from ..transport.sampler import ImageSampler, Sampled
 from ..transport.shm import Segment, validate_name
 from ..transport.tools import ToolsChannel, tools_owner
 from ..transport.tools_agent import ToolsAgent, claim_tools
@@ -451,6 +451,9 @@ class GridDisplay:
         self._sampler_key: tuple[str, int, int] | None = None
         self._helper_cpu = 0.0
         self._geometry = self._plan.geometry
+        self._layout = 0  # bumps at each configure: an answer to a request made before is dropped
+        # What the sampling request in flight was for: segment key, layout, region, format, swap_rb, show_alpha.
+        self._in_flight: tuple[Any, int, tuple[int, int, int, int] | None, str, bool, bool] | None = None
 
     @property
     def geometry(self) -> GridGeometry:
@@ -498,6 +501,7 @@ class GridDisplay:
         alpha = self.front is not None and self.front.shows_alpha
         self.front = Tiler(n, th, tw, c, columns=cols, gap=gd, gap_value=self.gap_value)
         self.back = Tiler(n, th, tw, c, columns=cols, gap=gd, gap_value=self.gap_value)
+        self._layout += 1
         if alpha:
             for t in (self.front, self.back):
                 t._plan(cols, 4)
@@ -535,8 +539,23 @@ class GridDisplay:
                 spans.append((start, stop))
         return spans
 
+    def _route(
+        self, bottom_up: bool, o: DisplayOptions, view: ViewRequest | None
+    ) -> tuple[tuple[int, int, int, int] | None, list[tuple[int, int]], bool, bool]:
+        """``(region, spans, flip, shrink)`` of the next copy: the tiles in view, and whether they are shrunk first."""
+        assert self.back is not None
+        region = None
+        b = self.back
+        if view is not None and b.num_envs * b.height * b.width * b.channels > self.FULL_COPY_BYTES:
+            region = self.geometry.tiles_in(view.x0, view.y0, view.x1, view.y1)
+        flip = bottom_up != o.flip_rows
+        spans = self._spans(region)
+        _, h, w, c = self.shape
+        shrink = self.tile != (h, w) and sum(e - s for s, e in spans) * h * w * c > self.SAMPLE_CHUNK_BYTES
+        return region, spans, flip, shrink
+
     def copy(self, seg: Segment, src_format: str, bottom_up: bool, o: DisplayOptions, view: ViewRequest | None) -> None:
-        """Copy the tiles in view from ``seg`` into the back buffer (see the class docstring).
+        """Copy the tiles in view from ``seg`` into the back buffer, here and now (see the class docstring).
 
         Raises
         ------
@@ -546,24 +565,24 @@ class GridDisplay:
             The tiler refused the source (a geometry it was not planned for).
         """
         assert self.back is not None
-        region = None
-        b = self.back
-        if view is not None and b.num_envs * b.height * b.width * b.channels > self.FULL_COPY_BYTES:
-            region = self.geometry.tiles_in(view.x0, view.y0, view.x1, view.y1)
-        flip = bottom_up != o.flip_rows
-        spans = self._spans(region)
-        _, h, w, c = self.shape
-        if self.tile == (h, w) or sum(e - s for s, e in spans) * h * w * c <= self.SAMPLE_CHUNK_BYTES:
+        region, spans, flip, shrink = self._route(bottom_up, o, view)
+        if not shrink:
             # The tiles in view, at their size, in one read; the tiler shrinks them into the grid itself
             # (no intermediate buffer of shrunk tiles: a frame touches fewer bytes).
             src = self._buffer("_mirror", self.shape)
             for start, stop in spans:
                 seg.read_images(src, start, stop)
         else:
-            src = self._buffer("_sampled", (self.shape[0], b.height, b.width, self.shape[3]))
+            src = self._buffer("_sampled", (self.shape[0], self.back.height, self.back.width, self.shape[3]))
             self._sample(seg, spans, flip, src)
             flip = False  # sampled from the flipped rows already
-        b.tile(
+        self._tile(src, src_format, flip, o, region)
+
+    def _tile(
+        self, src: np.ndarray, src_format: str, flip: bool, o: DisplayOptions, region: tuple[int, int, int, int] | None
+    ) -> None:
+        assert self.back is not None
+        self.back.tile(
             src,
             src_format=src_format,
             flip_rows=flip,
@@ -572,6 +591,65 @@ class GridDisplay:
             step=None,  # images of the tiles' size, or larger: shrunk into the tiles
             region=region,
         )
+
+    def request(
+        self, seg: Segment, src_format: str, bottom_up: bool, o: DisplayOptions, view: ViewRequest | None
+    ) -> bool:
+        """Start the sampling helper on the tiles in view if this copy is its; whether it is (or one is in flight).
+
+        ``False``: copy here with :meth:`copy`, under the monitor's seqlock
+        (tiles at full size, fewer than :attr:`SAMPLER_MIN_BYTES` to
+        shrink, or no helper, or not attached yet). ``True``: the helper
+        samples under the seqlock itself; :meth:`collect` tiles its answer
+        into the back buffer at a later step, the tick never waits for it.
+
+        Raises
+        ------
+        SegmentGone
+            The helper is gone (the segment shrank under it).
+        """
+        if self._in_flight is not None:
+            return True
+        region, spans, flip, shrink = self._route(bottom_up, o, view)
+        _, h, w, c = self.shape
+        if not shrink or sum(e - s for s, e in spans) * h * w * c < self.SAMPLER_MIN_BYTES:
+            return False
+        sampler = self._sampler_for(seg)
+        if sampler is None or not sampler.ready():
+            return False
+        assert self.back is not None
+        sampler.submit(spans, flip, (self.shape[0], self.back.height, self.back.width, c))
+        self._in_flight = (self._sampler_key, self._layout, region, src_format, o.swap_rb, o.show_alpha)
+        return True
+
+    def collect(self, seg: Segment, src_format: str, o: DisplayOptions) -> Sampled | None:
+        """The helper's answer to the request in flight, tiled into the back buffer; ``None`` until it came.
+
+        An answer to a request for another segment, layout or colour
+        options than now is dropped (``None``): the caller asks again. A
+        torn one (``ok`` false) is returned untiled.
+
+        Raises
+        ------
+        SegmentGone
+            The helper died (the segment shrank under it) or stopped answering.
+        TilerError
+            The tiler refused the result.
+        """
+        asked, sampler = self._in_flight, self._sampler
+        if asked is None or sampler is None:
+            return None
+        got = sampler.result()
+        if got is None:
+            return None
+        self._in_flight = None
+        key, layout, region, fmt, swap_rb, show_alpha = asked
+        current = (seg.name, seg.inode, seg.session_id)
+        if (key, layout, fmt, swap_rb, show_alpha) != (current, self._layout, src_format, o.swap_rb, o.show_alpha):
+            return None
+        if got.ok:
+            self._tile(got.images, src_format, False, o, region)  # the rows were flipped while sampled
+        return got
 
     #: Below this many bytes of envs to shrink, they are copied out with ``pread`` and shrunk here: a
     #: copy that small costs less than a round trip to the sampling helper (which is then not even
@@ -585,22 +663,19 @@ class GridDisplay:
     SAMPLE_CHUNK_BYTES = 3 << 20
 
     def _sample(self, seg: Segment, spans: list[tuple[int, int]], flip: bool, out: np.ndarray) -> None:
-        """Shrink the envs of ``spans`` to the display tile size into ``out`` (rows flipped first if ``flip``).
+        """Shrink the envs of ``spans`` to the display tile size into ``out`` (rows flipped first if ``flip``), here.
 
-        For :attr:`SAMPLER_MIN_BYTES` or more, by the sampling helper process
-        once it is up (it reads only the sampled pixels, from its own mapping; see
+        A cache-sized chunk at a time is copied out with one ``pread`` (never
+        loaded from the mapping), then shrunk by
+        :func:`~lucky_monitor.core.tiler.shrink_tiles`. For
+        :attr:`SAMPLER_MIN_BYTES` or more the sampling helper does this
+        instead once it is up (:meth:`request`; it reads only the sampled
+        pixels, from its own mapping: see
         :class:`~lucky_monitor.transport.sampler.ImageSampler` for why and
-        the figures); until then, or where there is none, here: a
-        cache-sized chunk at a time copied out with one ``pread`` (never
-        loaded from the mapping), then shrunk by :func:`~lucky_monitor.core.tiler.shrink_tiles`.
+        the figures).
         """
         _, h, w, c = self.shape
         per = h * w * c
-        if sum(stop - start for start, stop in spans) * per >= self.SAMPLER_MIN_BYTES:
-            sampler = self._sampler_for(seg)
-            if sampler is not None and sampler.ready():
-                out[:] = sampler.sample(spans, flip, out.shape)
-                return
         k = max(1, self.SAMPLE_CHUNK_BYTES // per)
         chunk = self._buffer("_chunk", (k, h, w, c))
         th, tw = out.shape[1], out.shape[2]
@@ -632,6 +707,7 @@ class GridDisplay:
         """Stop the sampling helper, if any (the grid is dropped, or its segment is)."""
         sampler, self._sampler = self._sampler, None
         self._sampler_key = None
+        self._in_flight = None
         if sampler is not None:
             sampler.close()
             self._helper_cpu += sampler.cpu_s()
@@ -651,6 +727,19 @@ class GridDisplay:
     def swap(self) -> None:
         self.front, self.back = self.back, self.front
         self.has_frame = True
+
+
+class _DeferredGrid:
+    """The session's grid as the link's :class:`~lucky_monitor.core.monitor.DeferredImages` (the sampling helper)."""
+
+    def __init__(self, session: MonitorSession) -> None:
+        self._session = session
+
+    def request(self, seg: Segment) -> bool:
+        return self._session._request_copy(seg)
+
+    def collect(self, seg: Segment) -> Sampled | None:
+        return self._session._collect_copy(seg)
 
 
 # ---------------------------------------------------------------------------
@@ -743,6 +832,8 @@ class MonitorSession:
             allow_other_user=allow_other_user,
         )
         self._link.copy_images = images
+        if images:
+            self._link.deferred_images = _DeferredGrid(self)
         self._link.copy_obs = self._inspect
         self._link.on_attach = self._configure_grid
         self._link.poll_period = 1.0 / poll_hz
@@ -1264,6 +1355,22 @@ class MonitorSession:
             self._grid.copy(seg, self._src_format, self._bottom_up, self._display, self._view)
         except TilerError as exc:
             self._copy_error = str(exc)
+
+    def _request_copy(self, seg: Segment) -> bool:
+        """The link asks for a copy: started in the sampling helper? (see :meth:`GridDisplay.request`)."""
+        g = self._grid
+        return g is not None and g.request(seg, self._src_format, self._bottom_up, self._display, self._view)
+
+    def _collect_copy(self, seg: Segment) -> Sampled | None:
+        """The helper's answer, tiled into the back grid (see :meth:`GridDisplay.collect`)."""
+        g = self._grid
+        if g is None:
+            return None
+        try:
+            return g.collect(seg, self._src_format, self._display)
+        except TilerError as exc:
+            self._copy_error = str(exc)
+            return None
 
     # ------------------------------------------------------------ internals: inspector and alarms
     def _reset_inspector(self, h: Header | None, now: float) -> None:

@@ -22,13 +22,19 @@ buffer the monitor created (a ``memfd``, shared with the helper and never
 truncated by anyone else). The monitor reads the result from its own mapping
 of that buffer. If the segment shrinks while the helper samples, the helper
 dies of ``SIGBUS`` alone and the monitor reports ``SegmentGone`` ("segment
-shrank"), as for a short ``pread``. The image seqlock stays the monitor's: it
-reads ``image_seq`` before the request and after the answer.
+shrank"), as for a short ``pread``.
 
-One request is one pipe round trip plus the sampling, which the helper does
-on another core while the monitor waits. Where there is no ``memfd`` or
-``/dev/shm`` file (macOS, Windows) :func:`ImageSampler.start` returns
-``None`` and the caller samples from ``pread`` copies in-process.
+The monitor never waits for the helper. :meth:`ImageSampler.submit` sends a
+request and returns; the helper samples on another core, under the image
+seqlock itself (it reads ``image_seq`` before and after, retries a torn
+sample, and reports the even ``image_seq`` and the ``image_frame_seq`` the
+result belongs to, or that it found none consistent); the monitor picks the
+answer up with :meth:`ImageSampler.result` at a later poll, usually the next
+one (one poll of latency for the 3 ms the sampling of 4096 envs takes, which
+the monitor's tick no longer waits for). One request is in flight at a time.
+Where there is no ``memfd`` or ``/dev/shm`` file (macOS, Windows)
+:func:`ImageSampler.start` returns ``None`` and the caller samples from
+``pread`` copies in-process.
 """
 
 from __future__ import annotations
@@ -41,20 +47,24 @@ import select
 import struct
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..protocol.errors import SegmentGone
+from ..protocol.errors import LuckyMonitorError, SegmentGone
+from ..protocol.seqlock import seqlock_read
 from .shm import Segment, platform_kind
 from .tools_agent import _end_helper, _read_frame, _root, _write, process_cpu_s
 
-__all__ = ["ImageSampler"]
+__all__ = ["ImageSampler", "Sampled"]
 
 #: Seconds the monitor waits for one answer before it gives up on the helper (kills it).
 REPLY_TIMEOUT_S = 5.0
 _REQ = struct.Struct("<IIII")  # flip, out height, out width, number of env ranges
 _SPAN = struct.Struct("<II")
+_ANSWER = struct.Struct("<BqqI")  # consistent, image_seq, image_frame_seq, torn attempts
 
 _BOOT = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
@@ -62,10 +72,36 @@ _BOOT = (
 )
 
 
+@dataclass(frozen=True)
+class Sampled:
+    """The helper's answer to one request (see :meth:`ImageSampler.result`).
+
+    Attributes
+    ----------
+    ok
+        The sample is consistent: taken wholly between two reads of the same even ``image_seq``.
+    seq
+        That ``image_seq`` (valid when ``ok``).
+    frame_seq
+        ``image_frame_seq`` read under the same seqlock (valid when ``ok``).
+    torn
+        Attempts the helper discarded because the engine wrote the images meanwhile.
+    images
+        The result, a view of the shared buffer valid until the next :meth:`ImageSampler.submit`.
+    """
+
+    ok: bool
+    seq: int
+    frame_seq: int
+    torn: int
+    images: np.ndarray
+
+
 class ImageSampler:
     """A helper process that downscales the image region of one attached segment (see the module docstring).
 
-    Use :meth:`start`; :meth:`sample` per frame; :meth:`close` when detaching.
+    Use :meth:`start`; per frame :meth:`submit`, then :meth:`result` at later polls until it
+    answers; :meth:`close` when detaching.
     """
 
     def __init__(self, seg: Segment, proc: subprocess.Popen[bytes], out_fd: int, out_size: int) -> None:
@@ -76,6 +112,7 @@ class ImageSampler:
         self._out_size = out_size
         self._ready = False
         self._cpu = 0.0
+        self._pending: tuple[tuple[int, int, int, int], float] | None = None  # (result shape, sent at)
 
     @classmethod
     def start(cls, seg: Segment, function: str, max_out_bytes: int) -> ImageSampler | None:
@@ -141,43 +178,87 @@ class ImageSampler:
         self._ready = True
         return True
 
-    def _call(self, op: bytes, data: bytes = b"") -> bytes:
+    @property
+    def pending(self) -> bool:
+        """A request is in flight (sent, not yet answered)."""
+        return self._pending is not None
+
+    def _gone(self, why: str) -> SegmentGone:
         proc = self._proc
-        if proc is None or proc.stdin is None or proc.stdout is None:
-            raise SegmentGone(f"{self.name}: image sampler closed")
-        try:
-            _write(proc.stdin, op, data)  # type: ignore[arg-type]
-            reply = _read_frame(proc.stdout.fileno(), REPLY_TIMEOUT_S)
-        except OSError:
-            reply = None
-        if reply is None:
-            code = None
+        code = None
+        if proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 code = proc.wait(timeout=0.2)
-            self.close()
+        self.close()
+        if why == "":
             why = "segment shrank" if code is not None and code < 0 else "image sampler stopped answering"
-            raise SegmentGone(f"{self.name}: {why} (sampler exit {code})")
-        rop, rdata = reply
-        if rop != b"K":
-            raise SegmentGone(f"{self.name}: {rdata.decode('utf-8', 'replace')}")
-        return rdata
+        return SegmentGone(f"{self.name}: {why} (sampler exit {code})")
 
-    def sample(self, spans: list[tuple[int, int]], flip: bool, shape: tuple[int, int, int, int]) -> np.ndarray:
-        """Shrink envs ``spans`` to ``shape[1:3]`` (rows flipped first if ``flip``); return the ``shape`` result.
+    def submit(self, spans: list[tuple[int, int]], flip: bool, shape: tuple[int, int, int, int]) -> None:
+        """Ask the helper to shrink envs ``spans`` to ``shape[1:3]`` (rows flipped first if ``flip``); never waits.
 
-        The returned array is a view of the shared result buffer, valid until the next call.
+        The helper samples under the image seqlock; :meth:`result` returns its answer.
 
         Raises
         ------
+        ValueError
+            The result would not fit the buffer, or a request is already in flight.
         SegmentGone
-            The helper died (the segment shrank under it) or refused (the segment is no longer the one attached).
+            The helper is gone.
         """
         n, th, tw, c = shape
         if n * th * tw * c > self._out_size:
             raise ValueError(f"a result of shape {shape} does not fit the {self._out_size}-byte buffer")
+        if self._pending is not None:
+            raise ValueError("a sampling request is already in flight")
+        proc = self._proc
+        if proc is None or proc.stdin is None:
+            raise SegmentGone(f"{self.name}: image sampler closed")
         req = _REQ.pack(int(flip), th, tw, len(spans)) + b"".join(_SPAN.pack(a, b) for a, b in spans)
-        self._call(b"S", req)
-        return np.frombuffer(self._out_mm, np.uint8, n * th * tw * c).reshape(shape)
+        try:
+            _write(proc.stdin, b"S", req)  # type: ignore[arg-type]
+        except OSError:
+            raise self._gone("") from None
+        self._pending = (shape, time.monotonic())
+
+    def result(self, wait_s: float = 0.0) -> Sampled | None:
+        """The answer to the request in flight, if it came within ``wait_s`` seconds; ``None`` otherwise.
+
+        ``None`` too when nothing is in flight.
+
+        Raises
+        ------
+        SegmentGone
+            The helper died (the segment shrank under it), refused (the
+            segment is no longer the one attached), or did not answer for
+            :data:`REPLY_TIMEOUT_S` (it is stopped).
+        """
+        pending, proc = self._pending, self._proc
+        if pending is None:
+            return None
+        if proc is None or proc.stdout is None:
+            raise SegmentGone(f"{self.name}: image sampler closed")
+        fd = proc.stdout.fileno()
+        shape, sent = pending
+        if not select.select([fd], [], [], max(0.0, wait_s))[0]:
+            if time.monotonic() - sent > REPLY_TIMEOUT_S:
+                raise self._gone("image sampler stopped answering")
+            return None
+        self._pending = None
+        try:
+            reply = _read_frame(fd, REPLY_TIMEOUT_S)  # the rest of a reply that began to arrive
+        except OSError:
+            reply = None
+        if reply is None:
+            raise self._gone("")
+        op, data = reply
+        if op != b"K" or len(data) != _ANSWER.size:
+            self.close()
+            raise SegmentGone(f"{self.name}: {data.decode('utf-8', 'replace') if op == b'E' else 'bad sampler answer'}")
+        ok, seq, frame_seq, torn = _ANSWER.unpack(data)
+        n, th, tw, c = shape
+        images = np.frombuffer(self._out_mm, np.uint8, n * th * tw * c).reshape(shape)
+        return Sampled(bool(ok), seq, frame_seq, torn, images)
 
     def cpu_s(self) -> float:
         """CPU seconds the helper used so far (its last reading once closed): part of the monitor's cost."""
@@ -223,11 +304,29 @@ def _serve(argv: list[str]) -> int:
         flip, th, tw, count = _REQ.unpack_from(data)
         c = images.shape[3]
         result = np.frombuffer(out_mm, np.uint8, images.shape[0] * th * tw * c).reshape(-1, th, tw, c)
-        if os.fstat(seg._fd).st_size < need:  # type: ignore[arg-type]
-            _write(out, b"E", b"segment shrank")
+        spans = [_SPAN.unpack_from(data, _REQ.size + i * _SPAN.size) for i in range(count)]
+        try:
+            if os.fstat(seg._fd).st_size < need:  # type: ignore[arg-type]
+                raise SegmentGone("segment shrank")
+            answer = _sample_consistent(seg, images, result, fn, spans, bool(flip))
+        except LuckyMonitorError as exc:  # a short read of the header: the segment shrank
+            _write(out, b"E", str(exc).encode())
             continue
-        for i in range(count):
-            a, b = _SPAN.unpack_from(data, _REQ.size + i * _SPAN.size)
+        _write(out, b"K", answer)
+
+
+def _sample_consistent(
+    seg: Segment, images: np.ndarray, result: np.ndarray, fn: Any, spans: list[tuple[int, int]], flip: bool
+) -> bytes:
+    """Sample ``spans`` of the mapped ``images`` into ``result`` under the image seqlock; the packed answer."""
+    th, tw = result.shape[1], result.shape[2]
+    got = [0]
+
+    def sample() -> None:
+        for a, b in spans:
             block = images[a:b, ::-1] if flip else images[a:b]
             result[a:b] = fn(block, th, tw)
-        _write(out, b"K")
+        got[0] = seg.read_counter("image_frame_seq")
+
+    r = seqlock_read(lambda: seg.read_counter("image_seq"), sample)
+    return _ANSWER.pack(r.ok, r.seq, got[0], r.torn)

@@ -7,6 +7,7 @@ after what a user saw.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -437,6 +438,103 @@ def test_zoomed_in_only_the_tiles_in_view_are_copied(engines) -> None:
     far = full.num_envs - 1
     copied = {e for e in range(full.num_envs) if np.array_equal(t.image.shown_tile(e), eng.seg.images[e])}
     assert 0 in copied and far not in copied  # the far corner was not copied this frame
+    s.close()
+
+
+def _publish(eng: ReferenceEngine, colours: np.ndarray) -> int:
+    """Write one constant colour per env under the image seqlock, as the engine does; the new ``image_seq``."""
+    seg = eng.seg
+    seq = seg.counter("image_seq")
+    seg.set("image_seq", seq + 1)
+    seg.images[:] = colours[:, None, None, :]
+    seg.set("image_frame_seq", seg.counter("frame_seq"))
+    seg.set("image_seq", seq + 2)
+    return seq + 2
+
+
+def _sampled_session(engines: list[ReferenceEngine]) -> tuple[ReferenceEngine, MonitorSession]:
+    """1024 envs of 40x40 (4.9 MB) shown at a fifth of their size: the sampling helper's path, once it is up."""
+    eng = ReferenceEngine(config(num_envs=1024, image=(40, 40)))
+    engines.append(eng)
+    s = MonitorSession(eng.name, tools=False)
+    t = run(s, engines, lambda t: t.image is not None, "first image")
+    full = t.image.layout
+    s.set_view(ViewRequest(0, 0, full.grid_width, full.grid_height, 0.2))
+    run(s, engines, lambda t: s._grid is not None and s._grid._in_flight is not None, "a request to the helper")
+    return eng, s
+
+
+def _settle(s: MonitorSession) -> Tick:
+    """Step (the engine paused) until no sampling request is in flight."""
+    deadline = time.monotonic() + 10
+    t = s.step()
+    while s._grid is not None and s._grid._in_flight is not None:
+        assert time.monotonic() < deadline, "the helper never answered"
+        time.sleep(0.002)
+        t = s.step()
+    return t
+
+
+def test_the_sampling_helper_answers_at_a_later_step_and_the_step_does_not_wait_for_it(engines) -> None:
+    eng, s = _sampled_session(engines)
+    _settle(s)
+    rng = np.random.default_rng(7)
+    colours = rng.integers(0, 256, (1024, 3), dtype=np.uint8)
+    seq = _publish(eng, colours)
+    t = s.step()
+    # The step sent the request and went on: nothing was copied in it.
+    assert s._grid is not None and s._grid._in_flight is not None
+    assert not t.image.new and t.image.image_seq < seq
+    t = _settle(s)
+    img = t.image
+    assert img.new and img.image_seq == seq and img.step == pytest.approx(40 / 7)
+    assert img.image_frame_seq == eng.seg.counter("frame_seq")
+    for env in (0, 1, 511, 1023):
+        assert (img.shown_tile(env) == colours[env]).all()  # a constant tile shrinks to its colour
+    # The colour options of the request are checked against those in force when it is answered.
+    seq = _publish(eng, colours[::-1].copy())
+    s.step()
+    assert s._grid._in_flight is not None
+    s.set_display(DisplayOptions(swap_rb=True))
+    t = _settle(s)
+    assert t.image.image_seq == seq and t.image.options.swap_rb
+    for env in (0, 1023):
+        assert (t.image.shown_tile(env) == colours[1023 - env][::-1]).all()
+    s.close()
+
+
+def test_a_helper_that_stops_answering_is_replaced_and_the_window_never_freezes(engines, monkeypatch) -> None:
+    from lucky_monitor.transport import sampler as sampler_module
+
+    monkeypatch.setattr(sampler_module, "REPLY_TIMEOUT_S", 0.5)
+    eng, s = _sampled_session(engines)
+    assert s._grid is not None and s._grid._sampler is not None
+    helper = s._grid._sampler._proc
+    assert helper is not None
+    os.kill(helper.pid, signal.SIGSTOP)
+    try:
+        steps = 0
+        deadline = time.monotonic() + 10
+        t = s.step()
+        while "stopped answering" not in (t.reason or ""):
+            assert time.monotonic() < deadline, "a stopped helper was never noticed"
+            eng.tick()
+            t = s.step()
+            steps += 1
+        # Steps went on while the helper kept the answer: a step that waited for it would have
+        # waited out the time limit, and the first one would have said so.
+        assert steps >= 10
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(helper.pid, signal.SIGCONT)
+    assert helper.wait(5) is not None  # stopped by the session
+    # The link attaches again and a new helper brings images.
+    run(s, engines, lambda t: t.attached and t.image is not None and t.image.new and t.image.step > 1, "images again")
+    colours = np.full((1024, 3), 9, np.uint8)
+    seq = _publish(eng, colours)
+    s.step()
+    t = _settle(s)
+    assert t.image.image_seq == seq and (t.image.shown_tile(5) == 9).all()
     s.close()
 
 
