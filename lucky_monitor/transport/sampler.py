@@ -43,7 +43,6 @@ import contextlib
 import importlib
 import mmap
 import os
-import select
 import struct
 import subprocess
 import sys
@@ -56,7 +55,7 @@ import numpy as np
 from ..protocol.errors import LuckyMonitorError, SegmentGone
 from ..protocol.seqlock import seqlock_read
 from .shm import Segment, platform_kind
-from .tools_agent import _end_helper, _read_frame, _root, _write, process_cpu_s
+from .tools_agent import _end_helper, _read_frame, _Replies, _root, _write, process_cpu_s
 
 __all__ = ["ImageSampler", "Sampled"]
 
@@ -112,7 +111,11 @@ class ImageSampler:
         self._out_size = out_size
         self._ready = False
         self._cpu = 0.0
-        self._pending: tuple[tuple[int, int, int, int], float] | None = None  # (result shape, sent at)
+        assert proc.stdout is not None
+        self._replies = _Replies(proc.stdout.fileno())
+        self._hello = 0  # the number of the request answered once the helper has attached
+        # The request in flight: its number, the result's shape, when it was sent.
+        self._pending: tuple[int, tuple[int, int, int, int], float] | None = None
 
     @classmethod
     def start(cls, seg: Segment, function: str, max_out_bytes: int) -> ImageSampler | None:
@@ -150,7 +153,8 @@ class ImageSampler:
             os.close(out_fd)
             raise
         try:
-            _write(proc.stdin, b"H")  # type: ignore[arg-type]  # answered once attached and checked
+            sampler._hello = sampler._replies.next_number()
+            _write(proc.stdin, b"H", b"", sampler._hello)  # type: ignore[arg-type]  # answered once attached
         except BaseException:
             sampler.close()
             raise
@@ -166,13 +170,16 @@ class ImageSampler:
         """
         if self._ready:
             return True
-        proc = self._proc
-        if proc is None or proc.stdout is None:
+        if self._proc is None:
             raise SegmentGone(f"{self.name}: image sampler closed")
-        if not select.select([proc.stdout.fileno()], [], [], 0)[0]:
+        try:
+            reply = self._replies.wait(self._hello, 0.0)
+        except (EOFError, OSError):
+            self.close()
+            raise SegmentGone(f"{self.name}: the image sampler could not attach") from None
+        if reply is None:
             return False
-        reply = _read_frame(proc.stdout.fileno(), REPLY_TIMEOUT_S)
-        if reply is None or reply[0] != b"K":
+        if reply[0] != b"K":
             self.close()
             raise SegmentGone(f"{self.name}: the image sampler could not attach")
         self._ready = True
@@ -215,11 +222,12 @@ class ImageSampler:
         if proc is None or proc.stdin is None:
             raise SegmentGone(f"{self.name}: image sampler closed")
         req = _REQ.pack(int(flip), th, tw, len(spans)) + b"".join(_SPAN.pack(a, b) for a, b in spans)
+        number = self._replies.next_number()
         try:
-            _write(proc.stdin, b"S", req)  # type: ignore[arg-type]
+            _write(proc.stdin, b"S", req, number)  # type: ignore[arg-type]
         except OSError:
             raise self._gone("") from None
-        self._pending = (shape, time.monotonic())
+        self._pending = (number, shape, time.monotonic())
 
     def result(self, wait_s: float = 0.0) -> Sampled | None:
         """The answer to the request in flight, if it came within ``wait_s`` seconds; ``None`` otherwise.
@@ -233,24 +241,23 @@ class ImageSampler:
             segment is no longer the one attached), or did not answer for
             :data:`REPLY_TIMEOUT_S` (it is stopped).
         """
-        pending, proc = self._pending, self._proc
+        pending = self._pending
         if pending is None:
             return None
-        if proc is None or proc.stdout is None:
+        if self._proc is None:
             raise SegmentGone(f"{self.name}: image sampler closed")
-        fd = proc.stdout.fileno()
-        shape, sent = pending
-        if not select.select([fd], [], [], max(0.0, wait_s))[0]:
+        number, shape, sent = pending
+        try:
+            reply = self._replies.wait(number, max(0.0, wait_s))
+        except (EOFError, OSError):
+            self._pending = None
+            raise self._gone("") from None
+        if reply is None:
             if time.monotonic() - sent > REPLY_TIMEOUT_S:
+                self._pending = None
                 raise self._gone("image sampler stopped answering")
             return None
         self._pending = None
-        try:
-            reply = _read_frame(fd, REPLY_TIMEOUT_S)  # the rest of a reply that began to arrive
-        except OSError:
-            reply = None
-        if reply is None:
-            raise self._gone("")
         op, data = reply
         if op != b"K" or len(data) != _ANSWER.size:
             self.close()
@@ -294,12 +301,12 @@ def _serve(argv: list[str]) -> int:
     out_mm = mmap.mmap(fd, os.fstat(fd).st_size)
     need = seg.header.segment_size or seg.size
     while True:
-        frame = _read_frame(infd, None)
+        frame = _read_frame(infd)
         if frame is None:
             return 0
-        op, data = frame
+        op, number, data = frame
         if op == b"H":
-            _write(out, b"K")
+            _write(out, b"K", b"", number)
             continue
         flip, th, tw, count = _REQ.unpack_from(data)
         c = images.shape[3]
@@ -310,9 +317,9 @@ def _serve(argv: list[str]) -> int:
                 raise SegmentGone("segment shrank")
             answer = _sample_consistent(seg, images, result, fn, spans, bool(flip))
         except LuckyMonitorError as exc:  # a short read of the header: the segment shrank
-            _write(out, b"E", str(exc).encode())
+            _write(out, b"E", str(exc).encode(), number)
             continue
-        _write(out, b"K", answer)
+        _write(out, b"K", answer, number)
 
 
 def _sample_consistent(

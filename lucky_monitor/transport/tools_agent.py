@@ -35,7 +35,13 @@ per 60 Hz tick. :class:`ToolsAgent` has the interface of
 ``abandon``). Where there is no ``/dev/shm`` file to check (macOS, Windows)
 :func:`claim_tools` returns an in-process ``ToolsChannel``.
 
-Wire format, both directions: one op byte, a u32 length, that many bytes.
+Wire format, both directions: one op byte, a u32 request number, a u32
+length, that many bytes. A reply carries its request's number, and the
+monitor reads replies through a buffer kept between calls (:class:`_Replies`):
+a call interrupted between its request and its reply (a Ctrl-C while a live
+check restores the services it turned off) leaves at most a reply that the
+next call recognises as not its own and skips, and part of a frame that the
+next call completes, so the calls after it are answered in step.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import select
 import struct
 import subprocess
 import sys
+import time
 from typing import Any, BinaryIO
 
 from ..protocol.errors import (
@@ -63,7 +70,7 @@ from .shm import Segment, platform_kind
 
 __all__ = ["ToolsAgent", "claim_tools"]
 
-_FRAME = struct.Struct("<cI")
+_FRAME = struct.Struct("<cII")  # op, request number, length
 #: Seconds the monitor waits for one answer before it gives up on the helper (kills it).
 REPLY_TIMEOUT_S = 5.0
 #: Errors carried over the pipe by name; anything else arrives as ``TransportError``.
@@ -87,22 +94,67 @@ def process_cpu_s(pid: int) -> float:
         return 0.0
 
 
-def _write(stream: BinaryIO, op: bytes, data: bytes = b"") -> None:
-    stream.write(_FRAME.pack(op, len(data)) + data)
+def _write(stream: BinaryIO, op: bytes, data: bytes = b"", number: int = 0) -> None:
+    stream.write(_FRAME.pack(op, number, len(data)) + data)
     stream.flush()
 
 
-def _read_exact(fd: int, n: int, timeout: float | None) -> bytes | None:
-    """``n`` bytes from ``fd``; ``None`` at end-of-file or when ``timeout`` passes."""
+def _read_exact(fd: int, n: int) -> bytes | None:
+    """``n`` bytes from ``fd`` (blocking: the helpers' side); ``None`` at end-of-file."""
     out = bytearray()
     while len(out) < n:
-        if timeout is not None and not select.select([fd], [], [], timeout)[0]:
-            return None
         chunk = os.read(fd, n - len(out))
         if not chunk:
             return None
         out += chunk
     return bytes(out)
+
+
+class _Replies:
+    """The monitor's reader of a helper's answers: whole frames, kept in step across interrupted calls.
+
+    Bytes read are kept in a buffer across calls, so a call interrupted in
+    the middle of a frame leaves nothing half-read for the next; each call
+    takes its request's number and skips replies to earlier ones.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buf = bytearray()
+        self._number = 0
+
+    def next_number(self) -> int:
+        """The number of the next request (one request in flight at a time)."""
+        self._number = (self._number + 1) & 0xFFFFFFFF
+        return self._number
+
+    def wait(self, number: int, timeout: float) -> tuple[bytes, bytes] | None:
+        """The reply to request ``number`` if it is complete within ``timeout`` s, else ``None``.
+
+        Raises
+        ------
+        EOFError
+            The helper closed its end (it exited).
+        """
+        deadline = time.monotonic() + timeout
+        buf = self._buf
+        while True:
+            while len(buf) >= _FRAME.size:
+                op, got, n = _FRAME.unpack_from(buf)
+                if len(buf) < _FRAME.size + n:
+                    break
+                data = bytes(buf[_FRAME.size : _FRAME.size + n])
+                del buf[: _FRAME.size + n]
+                if got == number:
+                    return op, data
+                # the reply to an interrupted call: skipped
+            left = deadline - time.monotonic()
+            if not select.select([self.fd], [], [], max(0.0, left))[0]:
+                return None
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                raise EOFError
+            buf += chunk
 
 
 def _end_helper(proc: subprocess.Popen[bytes], *, timeout: float) -> None:
@@ -118,13 +170,14 @@ def _end_helper(proc: subprocess.Popen[bytes], *, timeout: float) -> None:
         proc.wait()
 
 
-def _read_frame(fd: int, timeout: float | None) -> tuple[bytes, bytes] | None:
-    head = _read_exact(fd, _FRAME.size, timeout)
+def _read_frame(fd: int) -> tuple[bytes, int, bytes] | None:
+    """One request ``(op, number, data)`` (blocking: the helpers' side); ``None`` at end-of-file."""
+    head = _read_exact(fd, _FRAME.size)
     if head is None:
         return None
-    op, n = _FRAME.unpack(head)
-    data = _read_exact(fd, n, timeout) if n else b""
-    return None if data is None else (op, data)
+    op, number, n = _FRAME.unpack(head)
+    data = _read_exact(fd, n) if n else b""
+    return None if data is None else (op, number, data)
 
 
 class _C2S:
@@ -169,6 +222,7 @@ class ToolsAgent:
         self._need = 0
         self._claimed = False
         self._cpu = 0.0
+        self._replies: _Replies | None = None
         self.c2s = _C2S(self)
         self.s2c = _S2C(self)
 
@@ -209,6 +263,8 @@ class ToolsAgent:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
             )
+            assert agent._proc.stdout is not None
+            agent._replies = _Replies(agent._proc.stdout.fileno())
             agent._call(b"C")
         except BaseException:
             agent.abandon()
@@ -218,14 +274,18 @@ class ToolsAgent:
 
     # ------------------------------------------------------------ requests
     def _call(self, op: bytes, data: bytes = b"") -> tuple[bytes, bytes]:
-        proc = self._proc
-        if proc is None or proc.stdin is None or proc.stdout is None:
+        proc, replies = self._proc, self._replies
+        if proc is None or proc.stdin is None or replies is None:
             raise ToolsChannelUnavailable("tools channel released")
+        number = replies.next_number()
         try:
-            _write(proc.stdin, op, data)  # type: ignore[arg-type]
+            _write(proc.stdin, op, data, number)  # type: ignore[arg-type]
         except (BrokenPipeError, OSError):
             self._gone()
-        reply = _read_frame(proc.stdout.fileno(), REPLY_TIMEOUT_S)
+        try:
+            reply = replies.wait(number, REPLY_TIMEOUT_S)
+        except (EOFError, OSError):
+            reply = None
         if reply is None:
             self._gone()
         assert reply is not None
@@ -353,17 +413,22 @@ def _serve(argv: list[str]) -> int:
     infd = sys.stdin.fileno()
     chan: ToolsChannel | None = None
 
+    number = 0  # of the request being answered
+
+    def reply(op: bytes, data: bytes = b"") -> None:
+        _write(out, op, data, number)
+
     def error(exc: BaseException) -> None:
         kind = type(exc).__name__
         text = str(exc.pid) if isinstance(exc, ToolsChannelBusy) else str(exc)
-        _write(out, b"E", f"{kind}:{text}".encode())
+        reply(b"E", f"{kind}:{text}".encode())
 
     try:
         while True:
-            frame = _read_frame(infd, None)
+            frame = _read_frame(infd)
             if frame is None:
                 break  # the monitor is gone: release below
-            op, data = frame
+            op, number, data = frame
             try:
                 if op == b"C":
                     seg = Segment.attach(name, allow_other_user=allow == "1")
@@ -372,7 +437,7 @@ def _serve(argv: list[str]) -> int:
                         raise SegmentGone(f"{name}: segment recreated since attach")
                     chan = ToolsChannel.claim(seg, pid=int(pid))
                     seg.close()  # the channel keeps its own descriptor and mapping
-                    _write(out, b"K")
+                    reply(b"K")
                     continue
                 if chan is None:
                     raise ToolsChannelUnavailable("tools channel not claimed")
@@ -380,19 +445,19 @@ def _serve(argv: list[str]) -> int:
                     raise SegmentGone(f"{name}: segment shrank")
                 if op == b"P":
                     chan.c2s.push(data)
-                    _write(out, b"K")
+                    reply(b"K")
                 elif op == b"G":
                     raw = chan.s2c.pop()
                     if raw is None:
-                        _write(out, b"N")
+                        reply(b"N")
                     else:
-                        _write(out, b"K", raw)
+                        reply(b"K", raw)
                 elif op == b"O":
-                    _write(out, b"K", str(chan.owner_pid).encode())
+                    reply(b"K", str(chan.owner_pid).encode())
                 elif op == b"R":
                     chan.release()
                     chan = None
-                    _write(out, b"K")
+                    reply(b"K")
                     return 0
                 else:
                     raise ValueError(f"unknown request {op!r}")

@@ -199,3 +199,62 @@ def test_claim_of_a_killed_monitor_is_taken_over(segment_factory, tmp_path: Path
     assert owner_word(eng) == p.pid  # still "held" by the dead process
     with ToolsChannel.claim(eng.name) as chan:
         assert chan.owner_pid == os.getpid()
+
+
+# ---------------------------------------------------------------------------
+# The tools helper's pipe stays in step when a call is interrupted
+# ---------------------------------------------------------------------------
+
+
+def test_a_call_interrupted_before_its_reply_leaves_the_next_calls_answered_in_step(segment_factory) -> None:
+    from lucky_monitor.transport import tools_agent
+
+    eng = segment_factory(tools_ring_size=1024)
+    engine_in = RingReader(eng.buf, eng.header.tools_c2s_offset, eng.header.tools_ring_size)
+    with Segment.attach(eng.name) as seg:
+        agent = tools_agent.ToolsAgent.claim(seg)
+        try:
+            replies = agent._replies
+            assert replies is not None
+            real_wait = replies.wait
+
+            def interrupted(number: int, timeout: float):
+                replies.wait = real_wait  # type: ignore[method-assign]
+                raise KeyboardInterrupt  # a Ctrl-C after the request went out, before its reply was read
+
+            replies.wait = interrupted  # type: ignore[method-assign]
+            with pytest.raises(KeyboardInterrupt):
+                agent.c2s.push(b"sent-before-ctrl-c")
+            # The push's reply ("K", no data) is still in the pipe; read as the next call's
+            # answer it would say the owner word is 0.
+            assert agent.owner_pid == os.getpid()
+            agent.c2s.push(b"after")
+            assert engine_in.drain() == [b"sent-before-ctrl-c", b"after"]
+            assert agent.s2c.pop() is None
+        finally:
+            agent.release()
+            engine_in.release()
+    assert owner_word(eng) == 0
+
+
+def test_replies_are_read_whole_across_calls_and_replies_to_other_requests_are_skipped() -> None:
+    from lucky_monitor.transport.tools_agent import _FRAME, _Replies
+
+    r, w = os.pipe()
+    try:
+        replies = _Replies(r)
+        first, second = replies.next_number(), replies.next_number()
+        stale = _FRAME.pack(b"K", first, 3) + b"old"
+        mine = _FRAME.pack(b"K", second, 5) + b"hello"
+        os.write(w, stale + mine[:6])  # the reply to an earlier request, then part of this one's
+        assert replies.wait(second, 0.0) is None
+        os.write(w, mine[6:])
+        assert replies.wait(second, 0.0) == (b"K", b"hello")
+        os.close(w)
+        w = -1
+        with pytest.raises(EOFError):
+            replies.wait(replies.next_number(), 0.0)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
