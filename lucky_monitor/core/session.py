@@ -452,8 +452,8 @@ class GridDisplay:
         self._helper_cpu = 0.0
         self._geometry = self._plan.geometry
         self._layout = 0  # bumps at each configure: an answer to a request made before is dropped
-        # What the sampling request in flight was for: segment key, layout, region, format, swap_rb, show_alpha.
-        self._in_flight: tuple[Any, int, tuple[int, int, int, int] | None, str, bool, bool] | None = None
+        # What the sampling request in flight was for: segment key, layout, region, format, flip, swap_rb, show_alpha.
+        self._in_flight: tuple[Any, int, tuple[int, int, int, int] | None, str, bool, bool, bool] | None = None
 
     @property
     def geometry(self) -> GridGeometry:
@@ -610,8 +610,10 @@ class GridDisplay:
         """
         if self._in_flight is not None:
             return True
+        n, h, w, c = self.shape
+        if n * h * w * c < self.SAMPLER_MIN_BYTES or self.tile == (h, w):
+            return False  # never the helper's (the demo's 64 envs of 64x64 are 0.75 MiB)
         region, spans, flip, shrink = self._route(bottom_up, o, view)
-        _, h, w, c = self.shape
         if not shrink or sum(e - s for s, e in spans) * h * w * c < self.SAMPLER_MIN_BYTES:
             return False
         sampler = self._sampler_for(seg)
@@ -619,14 +621,14 @@ class GridDisplay:
             return False
         assert self.back is not None
         sampler.submit(spans, flip, (self.shape[0], self.back.height, self.back.width, c))
-        self._in_flight = (self._sampler_key, self._layout, region, src_format, o.swap_rb, o.show_alpha)
+        self._in_flight = (self._sampler_key, self._layout, region, src_format, flip, o.swap_rb, o.show_alpha)
         return True
 
-    def collect(self, seg: Segment, src_format: str, o: DisplayOptions) -> Sampled | None:
+    def collect(self, seg: Segment, src_format: str, bottom_up: bool, o: DisplayOptions) -> Sampled | None:
         """The helper's answer to the request in flight, tiled into the back buffer; ``None`` until it came.
 
-        An answer to a request for another segment, layout or colour
-        options than now is dropped (``None``): the caller asks again. A
+        An answer to a request for another segment, layout, row order or
+        colour options than now is dropped (``None``): the caller asks again. A
         torn one (``ok`` false) is returned untiled.
 
         Raises
@@ -643,9 +645,9 @@ class GridDisplay:
         if got is None:
             return None
         self._in_flight = None
-        key, layout, region, fmt, swap_rb, show_alpha = asked
-        current = (seg.name, seg.inode, seg.session_id)
-        if (key, layout, fmt, swap_rb, show_alpha) != (current, self._layout, src_format, o.swap_rb, o.show_alpha):
+        key, layout, region, fmt, flip, swap_rb, show_alpha = asked
+        now = ((seg.name, seg.inode, seg.session_id), self._layout, src_format, bottom_up != o.flip_rows)
+        if (key, layout, fmt, flip, swap_rb, show_alpha) != (*now, o.swap_rb, o.show_alpha):
             return None
         if got.ok:
             self._tile(got.images, src_format, False, o, region)  # the rows were flipped while sampled
@@ -1367,7 +1369,7 @@ class MonitorSession:
         if g is None:
             return None
         try:
-            return g.collect(seg, self._src_format, self._display)
+            return g.collect(seg, self._src_format, self._bottom_up, self._display)
         except TilerError as exc:
             self._copy_error = str(exc)
             return None

@@ -500,6 +500,23 @@ def test_the_sampling_helper_answers_at_a_later_step_and_the_step_does_not_wait_
     assert t.image.image_seq == seq and t.image.options.swap_rb
     for env in (0, 1023):
         assert (t.image.shown_tile(env) == colours[1023 - env][::-1]).all()
+    # And so is the row order: top half white, bottom half black, then shown flipped.
+    seg = eng.seg
+    seq = seg.counter("image_seq")
+    seg.set("image_seq", seq + 1)
+    seg.images[:, :20] = 255
+    seg.images[:, 20:] = 0
+    seg.set("image_seq", seq + 2)
+    t = _settle(s)
+    assert t.image.image_seq == seq + 2 and (t.image.shown_tile(3)[0] == 255).all()
+    seg.set("image_seq", seq + 3)
+    seg.set("image_seq", seq + 4)
+    s.step()
+    assert s._grid._in_flight is not None
+    s.set_display(DisplayOptions(swap_rb=True, flip_rows=True))
+    t = _settle(s)
+    tile = t.image.shown_tile(3)
+    assert t.image.image_seq == seq + 4 and (tile[0] == 0).all() and (tile[-1] == 255).all()
     s.close()
 
 
