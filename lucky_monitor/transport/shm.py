@@ -489,6 +489,8 @@ _LIVE_ONE = {f: (hdr.OFFSET[f], struct.Struct("<" + hdr.CODE[f])) for f in LIVE_
 _SEQS_OFFSET = hdr.OFFSET["frame_seq"]
 assert hdr.OFFSET["action_seq"] == _SEQS_OFFSET + 8 and hdr.CODE["frame_seq"] == hdr.CODE["action_seq"] == "Q"
 _SEQS_STRUCT = struct.Struct("<QQ")
+_SESSION_OFFSET = hdr.OFFSET["session_id"]
+_SESSION_STRUCT = struct.Struct("<" + hdr.CODE["session_id"])
 
 
 class ReadPlan:
@@ -584,12 +586,12 @@ class _Mapped:
         self.buf = memoryview(mm)
         self._live_buf = bytearray(_LIVE_STRUCT.size)
         self._seq_buf = bytearray(_SEQS_STRUCT.size)
+        self._sid_buf = bytearray(_SESSION_STRUCT.size)
         self._ctr: dict[str, memoryview] = {}
-        for f in (*LIVE_FIELDS, "session_id"):
+        for f in LIVE_FIELDS:
             off, code = hdr.OFFSET[f], hdr.CODE[f]
             # typeshed overloads memoryview.cast on literal format strings; code is one of them
             self._ctr[f] = self.buf[off : off + struct.calcsize(code)].cast(code)  # type: ignore[call-overload]
-        self._session = self._ctr.pop("session_id")
         n = h.num_envs
 
         def arr(field: str, dtype: str, count: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -905,8 +907,12 @@ class _Mapped:
         reason = self._file_check()
         if reason is not None:
             return reason
-        # Safe: the header page lies below the size just checked.
-        sid = self._session[0]
+        # Through the fd like every other read: the file may shrink between the size check and
+        # this read, and a load from the mapping then would be a SIGBUS (the stress test found it).
+        buf = self._sid_buf
+        if not self.pread_into(_SESSION_OFFSET, buf):
+            return "segment shrank below its header"
+        (sid,) = _SESSION_STRUCT.unpack_from(buf)
         if sid != self.session_id:
             return f"session_id changed ({self.session_id:x} -> {sid:x}): segment recreated"
         return None
@@ -931,7 +937,7 @@ class _Mapped:
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        for v in (*self._ctr.values(), self._session):
+        for v in self._ctr.values():
             with contextlib.suppress(BufferError):
                 v.release()
         self._ctr = {}

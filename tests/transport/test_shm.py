@@ -205,6 +205,38 @@ def test_truncated_file_is_detected_not_sigbus(engine) -> None:
         seg.close()
 
 
+def test_a_file_emptied_right_after_the_size_check_is_reported_not_a_sigbus(engine, subprocess_env) -> None:
+    # The truncation lands between still_valid's fstat and its session_id read: that read goes
+    # through the fd (a short read) instead of a load from the mapping (a SIGBUS). In a child
+    # process, so that a SIGBUS shows as its exit status.
+    script = textwrap.dedent(
+        """
+        import os, sys
+        from lucky_monitor.transport.shm import Segment
+        seg = Segment.attach(sys.argv[1])
+        check = seg._file_check
+
+        def check_then_truncate():
+            reason = check()
+            os.truncate(seg.path, 0)
+            return reason
+
+        seg._file_check = check_then_truncate
+        print(seg.still_valid())
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, engine.name],
+        capture_output=True,
+        text=True,
+        env=subprocess_env,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-2000:]}"
+    assert out.stdout.strip() == "segment shrank below its header"
+
+
 def test_unlink_is_detected_and_old_mapping_stays_readable(engine) -> None:
     seg = Segment.attach(engine.name)
     try:
