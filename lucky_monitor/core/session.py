@@ -624,11 +624,13 @@ class GridDisplay:
         self._in_flight = (self._sampler_key, self._layout, region, src_format, flip, o.swap_rb, o.show_alpha)
         return True
 
-    def collect(self, seg: Segment, src_format: str, bottom_up: bool, o: DisplayOptions) -> Sampled | None:
+    def collect(
+        self, seg: Segment, src_format: str, bottom_up: bool, o: DisplayOptions, view: ViewRequest | None
+    ) -> Sampled | None:
         """The helper's answer to the request in flight, tiled into the back buffer; ``None`` until it came.
 
-        An answer to a request for another segment, layout, row order or
-        colour options than now is dropped (``None``): the caller asks again. A
+        An answer to a request for another segment, layout, row order,
+        colour options or tiles in view than now is dropped (``None``): the caller asks again. A
         torn one (``ok`` false) is returned untiled.
 
         Raises
@@ -649,6 +651,8 @@ class GridDisplay:
         now = ((seg.name, seg.inode, seg.session_id), self._layout, src_format, bottom_up != o.flip_rows)
         if (key, layout, fmt, flip, swap_rb, show_alpha) != (*now, o.swap_rb, o.show_alpha):
             return None
+        if region != self._route(bottom_up, o, view)[0]:
+            return None  # the view moved meanwhile: the tiles now in view were not all sampled
         if got.ok:
             self._tile(got.images, src_format, False, o, region)  # the rows were flipped while sampled
         return got
@@ -1369,7 +1373,7 @@ class MonitorSession:
         if g is None:
             return None
         try:
-            return g.collect(seg, self._src_format, self._bottom_up, self._display)
+            return g.collect(seg, self._src_format, self._bottom_up, self._display, self._view)
         except TilerError as exc:
             self._copy_error = str(exc)
             return None

@@ -452,9 +452,9 @@ def _publish(eng: ReferenceEngine, colours: np.ndarray) -> int:
     return seq + 2
 
 
-def _sampled_session(engines: list[ReferenceEngine]) -> tuple[ReferenceEngine, MonitorSession]:
+def _sampled_session(engines: list[ReferenceEngine], size: int = 40) -> tuple[ReferenceEngine, MonitorSession]:
     """1024 envs of 40x40 (4.9 MB) shown at a fifth of their size: the sampling helper's path, once it is up."""
-    eng = ReferenceEngine(config(num_envs=1024, image=(40, 40)))
+    eng = ReferenceEngine(config(num_envs=1024, image=(size, size)))
     engines.append(eng)
     s = MonitorSession(eng.name, tools=False)
     t = run(s, engines, lambda t: t.image is not None, "first image")
@@ -517,6 +517,28 @@ def test_the_sampling_helper_answers_at_a_later_step_and_the_step_does_not_wait_
     t = _settle(s)
     tile = t.image.shown_tile(3)
     assert t.image.image_seq == seq + 4 and (tile[0] == 0).all() and (tile[-1] == 255).all()
+    s.close()
+
+
+def test_an_answer_for_tiles_no_longer_in_view_is_dropped_and_the_new_ones_are_asked_for(engines) -> None:
+    eng, s = _sampled_session(engines, size=64)  # 12.6 MB: half the envs are over the helper's 4 MiB
+    assert s._grid is not None
+    s._grid.FULL_COPY_BYTES = 0  # only the tiles in view, as for a larger segment
+    full = _settle(s).image.layout
+    rows = full.rows
+    top = ViewRequest(0, 0, full.grid_width, full.grid_height / 2 - 70, 0.2)
+    bottom = ViewRequest(0, full.grid_height / 2 + 70, full.grid_width, full.grid_height, 0.2)
+    s.set_view(top)
+    _settle(s)
+    colours = np.full((1024, 3), 200, np.uint8)
+    seq = _publish(eng, colours)
+    s.step()
+    assert s._grid._in_flight is not None  # asked for the top rows' envs
+    s.set_view(bottom)  # same scale: the same layout, other tiles; the engine publishes nothing more
+    t = _settle(s)
+    last = full.num_envs - 1  # in the bottom row
+    assert t.image.image_seq == seq and (t.image.shown_tile(last) == 200).all()
+    assert rows > 8
     s.close()
 
 
