@@ -14,7 +14,8 @@ time of one frame's shrink (all envs, to tiles ``--factor`` times smaller,
   small sink buffer (one iovec per run of rows), then shrunk;
 * ``helper_ms`` - by :class:`~lucky_monitor.transport.sampler.ImageSampler`, the
   helper process that maps the segment (one request: the round trip plus its
-  shrink), which is what the session uses.
+  shrink, waited for here), which is what the session uses; the session does
+  not wait for it, it collects the answer at a later poll.
 
 Ratios are to ``mapping_ms``. Nothing is asserted.
 
@@ -122,7 +123,13 @@ def bench_one(n: int, h: int, w: int, factor: int, reps: int, quick: bool) -> No
             while not sampler.ready() and time.monotonic() < end:
                 time.sleep(0.01)
             s = sampler
-            helper_ms = median_ms(lambda: s.sample([(0, n)], False, (n, th, tw, 3)), reps)
+
+            def round_trip() -> None:  # one request and its answer, waited for
+                s.submit([(0, n)], False, (n, th, tw, 3))
+                if s.result(wait_s=5.0) is None:
+                    raise SystemExit("the sampling helper did not answer within 5 s")
+
+            helper_ms = median_ms(round_trip, reps)
         base = median_ms(from_mapping, reps)
         figures = {
             "mapping_ms": base,
