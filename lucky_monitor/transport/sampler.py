@@ -190,14 +190,14 @@ class ImageSampler:
         """A request is in flight (sent, not yet answered)."""
         return self._pending is not None
 
-    def _gone(self, why: str) -> SegmentGone:
+    def _gone(self, why: str | None = None) -> SegmentGone:
         proc = self._proc
         code = None
         if proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 code = proc.wait(timeout=0.2)
         self.close()
-        if why == "":
+        if why is None:  # died of a signal (SIGBUS: the segment shrank under it), or hung up
             why = "segment shrank" if code is not None and code < 0 else "image sampler stopped answering"
         return SegmentGone(f"{self.name}: {why} (sampler exit {code})")
 
@@ -226,7 +226,7 @@ class ImageSampler:
         try:
             _write(proc.stdin, b"S", req, number)  # type: ignore[arg-type]
         except OSError:
-            raise self._gone("") from None
+            raise self._gone() from None
         self._pending = (number, shape, time.monotonic())
 
     def result(self, wait_s: float = 0.0) -> Sampled | None:
@@ -251,7 +251,7 @@ class ImageSampler:
             reply = self._replies.wait(number, max(0.0, wait_s))
         except (EOFError, OSError):
             self._pending = None
-            raise self._gone("") from None
+            raise self._gone() from None
         if reply is None:
             if time.monotonic() - sent > REPLY_TIMEOUT_S:
                 self._pending = None

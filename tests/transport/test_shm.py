@@ -154,6 +154,13 @@ def test_read_plan_fills_every_region_in_one_call_per_group(engine) -> None:
         ReadPlan([(4096, np.zeros(8, np.uint8)), (4100, np.zeros(8, np.uint8))])
 
 
+def run_script(script: str, name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a fresh interpreter with the segment ``name`` as its argument (a SIGBUS kills only it)."""
+    return subprocess.run(
+        [sys.executable, "-c", script, name], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+
+
 def test_reader_subprocess_leaves_the_segment_alone(engine, subprocess_env) -> None:
     before = digest(engine.path)
     script = textwrap.dedent(
@@ -165,14 +172,7 @@ def test_reader_subprocess_leaves_the_segment_alone(engine, subprocess_env) -> N
         # exit without closing: nothing may unlink or modify the segment
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script, engine.name],
-        capture_output=True,
-        text=True,
-        env=subprocess_env,
-        timeout=60,
-        check=False,
-    )
+    out = run_script(script, engine.name, subprocess_env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(float(np.arange(15).sum())), "7", "None"]
     assert os.path.exists(engine.path)
@@ -225,14 +225,7 @@ def test_a_file_emptied_right_after_the_size_check_is_reported_not_a_sigbus(engi
         print(seg.still_valid())
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script, engine.name],
-        capture_output=True,
-        text=True,
-        env=subprocess_env,
-        timeout=60,
-        check=False,
-    )
+    out = run_script(script, engine.name, subprocess_env)
     assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-2000:]}"
     assert out.stdout.strip() == "segment shrank below its header"
 
