@@ -120,6 +120,21 @@ def run_window(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, old_term)
 
 
+def quiet_gui_threads(environ: typing.MutableMapping[str, str] = os.environ) -> None:
+    """Keep Qt's raster painting on the GUI thread unless asked not to.
+
+    Qt's GUI thread pool splits large raster fills across worker threads; for
+    the monitor's small repaints that buys nothing and costs hundreds of
+    cross-core wake-ups a second on the cores the trainer is using. Qt
+    disables the pool when ``QT_NO_GUI_THREADPOOL`` is set to any value, so
+    the way back is ``LUCKY_GUI_THREADPOOL=1``. Must run before the
+    QGuiApplication is made.
+    """
+    if environ.get("LUCKY_GUI_THREADPOOL", "") not in ("", "0"):
+        return
+    environ.setdefault("QT_NO_GUI_THREADPOOL", "1")
+
+
 def _run_window(args: argparse.Namespace, name: str | None, stats_path: str | None, asked: list[int]) -> int:
     from PySide6 import QtCore, QtWidgets
 
@@ -129,6 +144,7 @@ def _run_window(args: argparse.Namespace, name: str | None, stats_path: str | No
     from .theme import apply_theme
 
     lower_priority(int(getattr(args, "nice", 10)))
+    quiet_gui_threads()
     QtCore.qInstallMessageHandler(_qt_message)
     # instance() is typed as QCoreApplication; here it can only be a QApplication
     app = typing.cast(QtWidgets.QApplication | None, QtWidgets.QApplication.instance())

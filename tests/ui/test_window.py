@@ -511,3 +511,54 @@ def test_saves_open_in_the_last_folder_and_say_where_the_file_went(
     assert os.path.dirname(asked[0]) != os.getcwd() or os.getcwd() == os.path.expanduser("~")
     win._save_grid_dialog()
     assert os.path.dirname(asked[1]) == str(tmp_path)  # the folder used last time
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names are read from /proc")
+def test_the_window_paints_without_qts_gui_thread_pool(tmp_path, subprocess_env):
+    """The pool's workers wake on every repaint, on the trainer's cores; the window starts without it."""
+    name = unique_segment_name("pool")
+    eng = subprocess.Popen(
+        [sys.executable, "-m", "lucky_monitor", "sim", "--name", name, "--envs", "16", "--image", "64x64"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env,
+    )
+
+    def window_threads(**extra: str) -> list[str]:
+        env = dict(subprocess_env, QT_QPA_PLATFORM="offscreen", HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path))
+        env.pop("QT_NO_GUI_THREADPOOL", None)
+        env.update(extra)
+        win = subprocess.Popen(
+            [sys.executable, "-m", "lucky_monitor", "--shm", name, "--quit-after", "30", "--cpu-budget", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        def names() -> list[str]:
+            found = []
+            for task in os.listdir(f"/proc/{win.pid}/task"):
+                try:
+                    with open(f"/proc/{win.pid}/task/{task}/comm") as f:
+                        found.append(f.read().strip())
+                except OSError:  # a thread that ended meanwhile
+                    pass
+            return found
+
+        try:
+            deadline = time.monotonic() + 25
+            while time.monotonic() < deadline and "QQmlThread" not in names():  # the panels are up: it has painted
+                time.sleep(0.5)
+            time.sleep(2)  # several repaints of 16 live tiles
+            return names()
+        finally:
+            win.terminate()
+            win.wait(20)
+
+    try:
+        assert eng.stdout.readline().strip() == name
+        assert "Thread (pooled)" not in window_threads()
+        assert "Thread (pooled)" in window_threads(LUCKY_GUI_THREADPOOL="1")  # the way back, and the check can fail
+    finally:
+        eng.terminate()
+        eng.wait(10)
+        eng.stdout.close()
