@@ -284,6 +284,9 @@ class MainWindow(QtWidgets.QMainWindow):
         if not self._docks_sized:
             self._docks_sized = True
             QtCore.QTimer.singleShot(0, self._size_docks)
+            # The first focus goes to the image view, not to the first control in the tab order: a
+            # focused spin box blinks its cursor, repainting itself and the widgets under it twice a second.
+            self.grid.graphics.setFocus(Qt.FocusReason.OtherFocusReason)
         if self._notice:  # shown now, not before: a message set on a hidden status bar leaves its widgets over it
             self.statusBar().showMessage(self._notice, round(LAYOUT_RESET_S * 1000))
             self._notice = ""

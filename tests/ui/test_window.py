@@ -534,6 +534,7 @@ def test_the_window_paints_without_qts_gui_thread_pool(tmp_path, subprocess_env)
             stderr=subprocess.DEVNULL,
             env=env,
         )
+
         def names() -> list[str]:
             found = []
             for task in os.listdir(f"/proc/{win.pid}/task"):
@@ -562,3 +563,11 @@ def test_the_window_paints_without_qts_gui_thread_pool(tmp_path, subprocess_env)
         eng.terminate()
         eng.wait(10)
         eng.stdout.close()
+
+
+def test_the_first_focus_is_the_image_view_not_a_blinking_spin_box(qtbot, engine, window):
+    win = window(engine.name)
+    win.activateWindow()
+    qtbot.waitUntil(lambda: QtWidgets.QApplication.focusWidget() is not None, timeout=5000)
+    assert QtWidgets.QApplication.focusWidget() is win.grid.graphics
+    assert not win.grid.columns_spin.hasFocus()
