@@ -28,18 +28,21 @@ seconds, for context. Targets: monitor ≤ 10 % of a core, images presented
 ``trainer_ab`` (one line): trainer steps/s with and without a monitor
 attached. The engine runs ``--fast`` (256 envs × 64×64 RGB), the trainer
 steps as fast as it can; phases A (no monitor) and B (a monitor window,
-offscreen, shipped defaults) alternate A/B/A/B... in one run. A phase's
-steps/s is ``Δframe_seq / Δt`` read from the segment; in B the first
-``--warmup`` seconds after the window starts are not measured.
-``ratio`` = median B / median A. The machine's load average is reported
-before and after.
+offscreen, shipped defaults, started for the phase and stopped after it)
+alternate A/B/A/.../B/A in one run. A phase's steps/s is ``Δframe_seq / Δt``
+read from the segment; in B the window's first ``--settle`` seconds (start-up:
+imports, first layouts, about 1.2 s of CPU) are not measured: a monitor runs
+for hours, its steady cost is what the trainer pays. ``paired_ratios``: each B
+over the mean of the two A phases around it; ``ratio`` is their median
+(``ratio_of_medians`` is median B / median A). The machine's load average is
+reported before and after.
 
 Usage::
 
     python benchmarks/monitor_cpu.py [--quick] [--only window|trainer_ab] [--modes offscreen,xvfb]
 
 ``--quick``: 12 s per window case and 6 s phases (about 3 minutes in all);
-the default is 20 s and 10 s, two A/B pairs either way (``--pairs``).
+the default is 20 s and 10 s; four B phases either way (``--pairs``).
 """
 
 from __future__ import annotations
@@ -257,6 +260,18 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return ordered[len(ordered) // 2]
 
 
+def paired_ratios(a_rates: list[float], b_rates: list[float]) -> list[float]:
+    """Each B phase's steps/s over the mean of the A phases just before and after it.
+
+    The phases run A B A B ... A, so ``len(a_rates) == len(b_rates) + 1``; pairing
+    each B with the A phases that bracket it cancels a slow drift of the
+    machine's speed (other tenants, clock) that a ratio of medians keeps.
+    """
+    if len(a_rates) != len(b_rates) + 1:
+        raise ValueError("A phases must bracket every B phase")
+    return [b / ((a_rates[i] + a_rates[i + 1]) / 2) for i, b in enumerate(b_rates) if a_rates[i] + a_rates[i + 1] > 0]
+
+
 def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) -> None:
     from lucky_monitor.transport.shm import Segment
 
@@ -279,8 +294,8 @@ def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, An
                 time.sleep(seconds)
                 return (seg.counter("frame_seq") - f0) / (time.monotonic() - t0)
 
+            phases["A"].append(rate(args.phase))
             for i in range(args.pairs):
-                phases["A"].append(rate(args.phase))
                 home = tempfile.mkdtemp(prefix=f"home_ab{i}_", dir=workdir)
                 stats_path = os.path.join(home, "stats.json")
                 mon_argv = [
@@ -289,7 +304,7 @@ def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, An
                 ]
                 env = clean_env(home, QT_QPA_PLATFORM=offscreen_platform(workdir))
                 with child(mon_argv, env=env, stderr_path=os.path.join(home, "monitor.stderr")) as mon:
-                    time.sleep(args.warmup)
+                    time.sleep(args.settle)
                     c0, t0 = process_cpu_seconds(mon.pid), time.monotonic()
                     phases["B"].append(rate(args.phase))
                     c1, t1 = process_cpu_seconds(mon.pid), time.monotonic()
@@ -300,7 +315,9 @@ def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, An
                     if c0 is not None and c1 is not None:
                         monitor_cpu.append(round(100.0 * (c1 - c0) / (t1 - t0), 1))
                 time.sleep(1.0)  # the monitor's exit settles before the next A
+                phases["A"].append(rate(args.phase))
     a, b = statistics.median(phases["A"]), statistics.median(phases["B"])
+    pairs = paired_ratios(phases["A"], phases["B"])
     emit(
         {
             "benchmark": "monitor_cpu",
@@ -308,10 +325,13 @@ def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, An
             "setting": "sim --fast --envs 256 --image 64x64 + train; B: + monitor window (offscreen, default budget)",
             "steps_per_s_without": round(a, 1),
             "steps_per_s_with": round(b, 1),
-            "ratio": round(b / a, 3) if a else None,
+            "ratio": round(statistics.median(pairs), 3) if pairs else None,
+            "paired_ratios": [round(r, 3) for r in pairs],
+            "ratio_of_medians": round(b / a, 3) if a else None,
             "phases_steps_per_s": {k: [round(x, 1) for x in v] for k, v in phases.items()},
             "monitor_cpu_pct_in_b": monitor_cpu,
             "phase_s": args.phase,
+            "settle_s": args.settle,
             "pairs": args.pairs,
             "load_average_before": load_before,
             "target": "ratio >= 0.95",
@@ -327,9 +347,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", default="offscreen,xvfb", help="window display modes (default offscreen,xvfb)")
     p.add_argument("--seconds", type=float, default=None, help="seconds per window run")
     p.add_argument("--repeats", type=int, default=1, help="window runs per case and mode (median reported)")
-    p.add_argument("--pairs", type=int, default=2, help="A/B pairs of the trainer comparison")
+    p.add_argument("--pairs", type=int, default=4, help="B phases of the trainer comparison (one more A brackets them)")
     p.add_argument("--phase", type=float, default=None, help="seconds measured per A or B phase")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring (start-up)")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="seconds a B phase's window runs before it is measured (start-up, first layouts; default 8, --quick 5)",
+    )
     p.add_argument("--monitor-args", default="", help="extra options of the B phases' monitor window, e.g. '--nice 0'")
     p.add_argument(
         "--monitor-wrap", default="", help="a command the B phases' monitor runs under, e.g. 'chrt --idle 0'"
@@ -337,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.seconds = args.seconds or (12.0 if args.quick else 20.0)
     args.phase = args.phase or (6.0 if args.quick else 10.0)
+    args.settle = args.settle if args.settle is not None else (5.0 if args.quick else 8.0)
     facts = machine_facts()
     with tempfile.TemporaryDirectory(prefix="monitor_cpu_") as workdir:
         if args.only in (None, "window"):
