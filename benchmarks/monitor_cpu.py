@@ -35,7 +35,12 @@ imports, first layouts, about 1.2 s of CPU) are not measured: a monitor runs
 for hours, its steady cost is what the trainer pays. ``paired_ratios``: each B
 over the mean of the two A phases around it; ``ratio`` is their median
 (``ratio_of_medians`` is median B / median A). The machine's load average is
-reported before and after.
+reported before and after. ``--synthetic`` adds, after each B and the A that
+follows it, a phase C with a plain process that wakes at 60 Hz (nice 10, like
+the window) and burns the CPU share the window just used, then one more A:
+``synthetic_ratio`` (median of C over its bracketing A phases) is what any
+load of the window's size costs this trainer, the baseline ``ratio`` is read
+against.
 
 Usage::
 
@@ -272,6 +277,27 @@ def paired_ratios(a_rates: list[float], b_rates: list[float]) -> list[float]:
     return [b / ((a_rates[i] + a_rates[i + 1]) / 2) for i, b in enumerate(b_rates) if a_rates[i] + a_rates[i + 1] > 0]
 
 
+#: The calibration load of ``--synthetic``: wakes at 60 Hz (the window's poll rate), at the
+#: window's default niceness, and burns ``argv[1]`` ms of CPU per wake-up.
+SYNTHETIC_LOAD = """
+import os, sys, time
+os.nice(10)
+burn = float(sys.argv[1]) / 1000.0
+period = 1.0 / 60.0
+due = time.monotonic()
+while True:
+    due += period
+    wait = due - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+    else:
+        due = time.monotonic()
+    t = time.perf_counter()
+    while time.perf_counter() - t < burn:
+        pass
+"""
+
+
 def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) -> None:
     from lucky_monitor.transport.shm import Segment
 
@@ -280,6 +306,7 @@ def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, An
     load_before = load_average()
     phases: dict[str, list[float]] = {"A": [], "B": []}
     monitor_cpu: list[float] = []
+    synthetic: dict[str, list[float]] = {"A": [], "C": [], "cpu": []}
     with child(engine_argv, stderr_path=os.path.join(workdir, "ab_engine.stderr")) as eng:
         if first_line(eng) != name:
             raise SystemExit("engine announced another segment name")
@@ -316,28 +343,52 @@ def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, An
                         monitor_cpu.append(round(100.0 * (c1 - c0) / (t1 - t0), 1))
                 time.sleep(1.0)  # the monitor's exit settles before the next A
                 phases["A"].append(rate(args.phase))
+                if args.synthetic and monitor_cpu:
+                    # The same CPU share as the window just took, as a plain 60 Hz load: what any
+                    # process of that size costs this trainer here (the B/A pairs' baseline).
+                    burn_ms = monitor_cpu[-1] / 100.0 / 60.0 * 1000.0
+                    with child([sys.executable, "-c", SYNTHETIC_LOAD, f"{burn_ms:.4f}"]) as load:
+                        time.sleep(1.0)
+                        c0, t0 = process_cpu_seconds(load.pid), time.monotonic()
+                        synthetic["C"].append(rate(args.phase))
+                        c1, t1 = process_cpu_seconds(load.pid), time.monotonic()
+                        if c0 is not None and c1 is not None:
+                            synthetic["cpu"].append(round(100.0 * (c1 - c0) / (t1 - t0), 1))
+                    time.sleep(0.5)
+                    synthetic["A"].append(rate(args.phase))
     a, b = statistics.median(phases["A"]), statistics.median(phases["B"])
     pairs = paired_ratios(phases["A"], phases["B"])
-    emit(
-        {
-            "benchmark": "monitor_cpu",
-            "part": "trainer_ab",
-            "setting": "sim --fast --envs 256 --image 64x64 + train; B: + monitor window (offscreen, default budget)",
-            "steps_per_s_without": round(a, 1),
-            "steps_per_s_with": round(b, 1),
-            "ratio": round(statistics.median(pairs), 3) if pairs else None,
-            "paired_ratios": [round(r, 3) for r in pairs],
-            "ratio_of_medians": round(b / a, 3) if a else None,
-            "phases_steps_per_s": {k: [round(x, 1) for x in v] for k, v in phases.items()},
-            "monitor_cpu_pct_in_b": monitor_cpu,
-            "phase_s": args.phase,
-            "settle_s": args.settle,
-            "pairs": args.pairs,
-            "load_average_before": load_before,
-            "target": "ratio >= 0.95",
-        },
-        facts={**facts, "load_average": load_average()},
-    )
+    row: dict[str, Any] = {
+        "benchmark": "monitor_cpu",
+        "part": "trainer_ab",
+        "setting": "sim --fast --envs 256 --image 64x64 + train; B: + monitor window (offscreen, default budget)",
+        "steps_per_s_without": round(a, 1),
+        "steps_per_s_with": round(b, 1),
+        "ratio": round(statistics.median(pairs), 3) if pairs else None,
+        "paired_ratios": [round(r, 3) for r in pairs],
+        "ratio_of_medians": round(b / a, 3) if a else None,
+        "phases_steps_per_s": {k: [round(x, 1) for x in v] for k, v in phases.items()},
+        "monitor_cpu_pct_in_b": monitor_cpu,
+        "phase_s": args.phase,
+        "settle_s": args.settle,
+        "pairs": args.pairs,
+        "load_average_before": load_before,
+        "target": "ratio >= 0.95",
+    }
+    if args.synthetic:
+        # Each C is bracketed by the A after the B before it and the A after the C.
+        bracket = [phases["A"][i + 1] for i in range(len(synthetic["C"]))]
+        c_pairs = [
+            c / ((x + y) / 2) for c, x, y in zip(synthetic["C"], bracket, synthetic["A"], strict=True) if x + y > 0
+        ]
+        row["synthetic_ratio"] = round(statistics.median(c_pairs), 3) if c_pairs else None
+        row["synthetic_paired_ratios"] = [round(r, 3) for r in c_pairs]
+        row["synthetic_cpu_pct"] = synthetic["cpu"]
+        row["synthetic_steps_per_s"] = {
+            "A": [round(x, 1) for x in synthetic["A"]],
+            "C": [round(x, 1) for x in synthetic["C"]],
+        }
+    emit(row, facts={**facts, "load_average": load_average()})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,6 +410,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--monitor-args", default="", help="extra options of the B phases' monitor window, e.g. '--nice 0'")
     p.add_argument(
         "--monitor-wrap", default="", help="a command the B phases' monitor runs under, e.g. 'chrt --idle 0'"
+    )
+    p.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="after each B, a phase with a plain 60 Hz load of the window's measured CPU share (a baseline)",
     )
     args = p.parse_args(argv)
     args.seconds = args.seconds or (12.0 if args.quick else 20.0)
