@@ -281,17 +281,10 @@ def paired_ratios(a_rates: list[float], b_rates: list[float]) -> list[float]:
 #: window's default niceness, and burns ``argv[1]`` ms of CPU per wake-up.
 SYNTHETIC_LOAD = """
 import os, sys, time
+from lucky_monitor.core.pacing import paced
 os.nice(10)
 burn = float(sys.argv[1]) / 1000.0
-period = 1.0 / 60.0
-due = time.monotonic()
-while True:
-    due += period
-    wait = due - time.monotonic()
-    if wait > 0:
-        time.sleep(wait)
-    else:
-        due = time.monotonic()
+for _ in paced(60.0):
     t = time.perf_counter()
     while time.perf_counter() - t < burn:
         pass
@@ -321,6 +314,14 @@ def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, An
                 time.sleep(seconds)
                 return (seg.counter("frame_seq") - f0) / (time.monotonic() - t0)
 
+            def rate_beside(pid: int) -> tuple[float, float | None]:
+                """A phase's steps/s, and the CPU share (% of a core) process ``pid`` took meanwhile."""
+                c0, t0 = process_cpu_seconds(pid), time.monotonic()
+                steps = rate(args.phase)
+                c1, t1 = process_cpu_seconds(pid), time.monotonic()
+                share = None if c0 is None or c1 is None else round(100.0 * (c1 - c0) / (t1 - t0), 1)
+                return steps, share
+
             phases["A"].append(rate(args.phase))
             for i in range(args.pairs):
                 home = tempfile.mkdtemp(prefix=f"home_ab{i}_", dir=workdir)
@@ -332,15 +333,14 @@ def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, An
                 env = clean_env(home, QT_QPA_PLATFORM=offscreen_platform(workdir))
                 with child(mon_argv, env=env, stderr_path=os.path.join(home, "monitor.stderr")) as mon:
                     time.sleep(args.settle)
-                    c0, t0 = process_cpu_seconds(mon.pid), time.monotonic()
-                    phases["B"].append(rate(args.phase))
-                    c1, t1 = process_cpu_seconds(mon.pid), time.monotonic()
+                    steps, share = rate_beside(mon.pid)
+                    phases["B"].append(steps)
                     if mon.poll() is not None:
                         raise SystemExit(
                             f"monitor exited during phase B: {read_text(os.path.join(home, 'monitor.stderr'))}"
                         )
-                    if c0 is not None and c1 is not None:
-                        monitor_cpu.append(round(100.0 * (c1 - c0) / (t1 - t0), 1))
+                    if share is not None:
+                        monitor_cpu.append(share)
                 time.sleep(1.0)  # the monitor's exit settles before the next A
                 phases["A"].append(rate(args.phase))
                 if args.synthetic and monitor_cpu:
@@ -349,11 +349,10 @@ def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, An
                     burn_ms = monitor_cpu[-1] / 100.0 / 60.0 * 1000.0
                     with child([sys.executable, "-c", SYNTHETIC_LOAD, f"{burn_ms:.4f}"]) as load:
                         time.sleep(1.0)
-                        c0, t0 = process_cpu_seconds(load.pid), time.monotonic()
-                        synthetic["C"].append(rate(args.phase))
-                        c1, t1 = process_cpu_seconds(load.pid), time.monotonic()
-                        if c0 is not None and c1 is not None:
-                            synthetic["cpu"].append(round(100.0 * (c1 - c0) / (t1 - t0), 1))
+                        steps, share = rate_beside(load.pid)
+                        synthetic["C"].append(steps)
+                        if share is not None:
+                            synthetic["cpu"].append(share)
                     time.sleep(0.5)
                     synthetic["A"].append(rate(args.phase))
     a, b = statistics.median(phases["A"]), statistics.median(phases["B"])
@@ -377,9 +376,8 @@ def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, An
     }
     if args.synthetic:
         # Each C is bracketed by the A after the B before it and the A after the C.
-        bracket = [phases["A"][i + 1] for i in range(len(synthetic["C"]))]
         c_pairs = [
-            c / ((x + y) / 2) for c, x, y in zip(synthetic["C"], bracket, synthetic["A"], strict=True) if x + y > 0
+            r for i, c in enumerate(synthetic["C"]) for r in paired_ratios([phases["A"][i + 1], synthetic["A"][i]], [c])
         ]
         row["synthetic_ratio"] = round(statistics.median(c_pairs), 3) if c_pairs else None
         row["synthetic_paired_ratios"] = [round(r, 3) for r in c_pairs]

@@ -19,6 +19,7 @@ from lucky_monitor.protocol.messages import Service
 from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
 from lucky_monitor.transport.shm import Segment, shm_path
 from tests.conftest import unique_segment_name
+from tests.faults.support import sim
 
 
 def _t(win):
@@ -517,12 +518,7 @@ def test_saves_open_in_the_last_folder_and_say_where_the_file_went(
 def test_the_window_paints_without_qts_gui_thread_pool(tmp_path, subprocess_env):
     """The pool's workers wake on every repaint, on the trainer's cores; the window starts without it."""
     name = unique_segment_name("pool")
-    eng = subprocess.Popen(
-        [sys.executable, "-m", "lucky_monitor", "sim", "--name", name, "--envs", "16", "--image", "64x64"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=subprocess_env,
-    )
+    eng = sim(name, subprocess_env, "--envs", "16", "--image", "64x64")
 
     def window_threads(**extra: str) -> list[str]:
         env = dict(subprocess_env, QT_QPA_PLATFORM="offscreen", HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path))
@@ -556,13 +552,10 @@ def test_the_window_paints_without_qts_gui_thread_pool(tmp_path, subprocess_env)
             win.wait(20)
 
     try:
-        assert eng.stdout.readline().strip() == name
         assert "Thread (pooled)" not in window_threads()
         assert "Thread (pooled)" in window_threads(LUCKY_GUI_THREADPOOL="1")  # the way back, and the check can fail
     finally:
-        eng.terminate()
-        eng.wait(10)
-        eng.stdout.close()
+        eng.kill()
 
 
 def test_the_first_focus_is_the_image_view_not_a_blinking_spin_box(qtbot, engine, window):
