@@ -555,7 +555,8 @@ def test_the_window_paints_without_qts_gui_thread_pool(tmp_path, subprocess_env)
         assert "Thread (pooled)" not in window_threads()
         assert "Thread (pooled)" in window_threads(LUCKY_GUI_THREADPOOL="1")  # the way back, and the check can fail
     finally:
-        eng.kill()
+        eng.signal(signal.SIGTERM)  # an orderly end: the engine removes its segment
+        eng.finish()
 
 
 def test_the_first_focus_is_the_image_view_not_a_blinking_spin_box(qtbot, engine, window):
