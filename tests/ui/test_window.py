@@ -557,6 +557,7 @@ def test_the_window_paints_without_qts_gui_thread_pool(tmp_path, subprocess_env)
     finally:
         eng.signal(signal.SIGTERM)  # an orderly end: the engine removes its segment
         eng.finish()
+        eng.kill()  # only closes its pipes: it has exited
 
 
 def test_the_first_focus_is_the_image_view_not_a_blinking_spin_box(qtbot, engine, window):
