@@ -205,6 +205,8 @@ class _Attached:
     server_alive: bool = True
     client_alive: bool = True
     pids_checked_at: float = -1e9
+    validated_at: float = -1e9  # the last full Segment.still_valid (see MonitorCore._poll_attached)
+    polled_frame: int = -1  # frame_seq as the previous poll read it
     client_pid: int = 0
     client_since: float = 0.0  # when client_pid last changed
     samples: collections.deque[tuple[float, int, int]] = field(default_factory=lambda: collections.deque(maxlen=256))
@@ -237,6 +239,8 @@ class MonitorCore:
 
     RETRY_S = 0.5
     PID_CHECK_S = 0.5
+    #: Longest time between two full validity checks of the attached segment while frames keep coming.
+    VALIDATE_S = 0.25
     NOTICE_S = 5.0
 
     def __init__(
@@ -320,7 +324,17 @@ class MonitorCore:
         try:
             return self._poll_attached(now)
         except (LuckyMonitorError, OSError, ValueError, KeyError) as exc:  # segment vanished or closed under us
-            self._lost(f"segment lost: {exc}", now)
+            self._lost(self._why_lost() or f"segment lost: {exc}", now)
+            return None
+
+    def _why_lost(self) -> str | None:
+        """After a failed read: the full check's words for it (shrank, unlinked, recreated), if it finds any."""
+        att = self._att
+        if att is None:
+            return None
+        try:
+            return att.seg.still_valid()
+        except (LuckyMonitorError, OSError, ValueError):
             return None
 
     # ------------------------------------------------------------ internals
@@ -440,7 +454,19 @@ class MonitorCore:
         att = self._att
         assert att is not None
         seg = att.seg
-        reason = seg.still_valid()
+        # Every live field, read once for this poll: what the views show is this one reading. The copy goes
+        # through the fd, so a segment that shrank makes it fail (SegmentGone), never a SIGBUS.
+        live = seg.read_live()
+        # The full check (the name still leads to this file, the file still backs every region, the
+        # session_id is unchanged) is three system calls. A poll whose frame_seq moved found the engine
+        # writing this very mapping, so there it needs only the session_id, which came with the live
+        # fields; the full check runs at every other poll and at least every VALIDATE_S.
+        moved, att.polled_frame = live.frame_seq != att.polled_frame, live.frame_seq
+        if not moved or now - att.validated_at >= self.VALIDATE_S:
+            att.validated_at = now
+            reason = seg.still_valid()
+        else:
+            reason = seg.session_changed()
         if reason is not None:
             self._lost(reason, now)
             return None
@@ -449,8 +475,7 @@ class MonitorCore:
         if now - att.pids_checked_at >= self.PID_CHECK_S:
             att.pids_checked_at = now
             att.server_alive = pid_alive(h.server_pid)
-            cpid = counter("client_pid")
-            att.client_alive = cpid == 0 or pid_alive(cpid)
+            att.client_alive = live.client_pid == 0 or pid_alive(live.client_pid)
         if not att.server_alive:
             self._lost(f"engine pid {h.server_pid} is gone", now)
             return None
@@ -458,9 +483,6 @@ class MonitorCore:
         if late:
             self.counters.late_polls += 1
         self._last_poll = now
-
-        # Every live field, read once for this poll: what the views show is this one reading.
-        live = seg.read_live()
         self.live = live
         frame_seq, action_seq, client_pid = live.frame_seq, live.action_seq, live.client_pid
         if live.heartbeat_ns != att.last_heartbeat:

@@ -1604,16 +1604,17 @@ class MonitorSession:
     # ------------------------------------------------------------ internals: tools
     def _service_tools(self, now: float) -> None:
         seg = self._link.segment
-        if self._chan is not None and not self._chan.intact():
-            # The segment shrank under us: any touch of the tools mapping would be a SIGBUS.
-            self._drop_channel("segment shrank")
-            return
         if self._client is not None:
             # Replies are read every tick while a request waits; otherwise (anything there then is
             # unsolicited: a corrupt ring, an undecodable reply) twice a second: each read is a round
             # trip to the tools helper process.
             if not self._lent and (self._pending or now >= self._next_idle_collect):
                 self._next_idle_collect = now + IDLE_COLLECT_S
+                if self._chan is not None and not self._chan.intact():
+                    # Checked right before each touch, not every tick (a wait4 and an fstat): the segment
+                    # shrank or the helper died, and a touch of the tools mapping would be a SIGBUS.
+                    self._drop_channel("segment shrank")
+                    return
                 try:
                     self._collect()
                 except LuckyMonitorError:  # the tools helper died (the segment shrank under it) or stopped answering

@@ -491,6 +491,8 @@ assert hdr.OFFSET["action_seq"] == _SEQS_OFFSET + 8 and hdr.CODE["frame_seq"] ==
 _SEQS_STRUCT = struct.Struct("<QQ")
 _SESSION_OFFSET = hdr.OFFSET["session_id"]
 _SESSION_STRUCT = struct.Struct("<" + hdr.CODE["session_id"])
+# read_live's one copy carries the session_id too (Segment.session_changed reads it from there)
+assert _SESSION_OFFSET + _SESSION_STRUCT.size <= _LIVE_STRUCT.size
 
 
 class ReadPlan:
@@ -587,6 +589,7 @@ class _Mapped:
         self._live_buf = bytearray(_LIVE_STRUCT.size)
         self._seq_buf = bytearray(_SEQS_STRUCT.size)
         self._sid_buf = bytearray(_SESSION_STRUCT.size)
+        self._live_sid: int | None = None  # session_id as copied by the last read_live
         self._ctr: dict[str, memoryview] = {}
         for f in LIVE_FIELDS:
             off, code = hdr.OFFSET[f], hdr.CODE[f]
@@ -682,7 +685,26 @@ class _Mapped:
         buf = self._live_buf
         if not self.pread_into(0, buf):
             raise SegmentGone(f"{self.name}: segment shrank below its header")
+        (self._live_sid,) = _SESSION_STRUCT.unpack_from(buf, _SESSION_OFFSET)  # inside the same bytes
         return Live(*_LIVE_STRUCT.unpack_from(buf))
+
+    def session_changed(self) -> str | None:
+        """Whether the ``session_id`` copied by the last :meth:`read_live` differs from the attached one.
+
+        No system call: the id lies inside the bytes :meth:`read_live` copies.
+        A cheaper, narrower check than :meth:`still_valid` for a poll that
+        found the engine writing this mapping (see ``MonitorCore``).
+
+        Returns
+        -------
+        str or None
+            ``None`` if it is the same session (or nothing was read yet);
+            otherwise the reason, worded as :meth:`still_valid` words it.
+        """
+        sid = self._live_sid
+        if sid is None or sid == self.session_id:
+            return None
+        return f"session_id changed ({self.session_id:x} -> {sid:x}): segment recreated"
 
     def read_counter(self, field: str) -> int:
         """One live field, copied through the fd (see :meth:`pread_into`).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 
 import numpy as np
 import pytest
@@ -261,3 +262,105 @@ def test_auto_follows_the_newest_live_segment():
     finally:
         older.close()
         core.close()
+
+
+# ---------------------------------------------------------------- the validity check's cadence
+
+
+def _running(seg) -> None:
+    seg.set("engine_state", 1)
+    seg.set("heartbeat_ns", 1)
+
+
+def _count_full_checks(monkeypatch, clock: Clock) -> list[float]:
+    calls: list[float] = []
+    full = Segment.still_valid
+
+    def counted(self: Segment) -> str | None:
+        calls.append(clock.t)
+        return full(self)
+
+    monkeypatch.setattr(Segment, "still_valid", counted)
+    return calls
+
+
+def test_polls_that_find_new_frames_check_the_name_and_size_four_times_a_second(segment_factory, monkeypatch):
+    """The full check is three system calls; a poll whose frame_seq moved needs only the session_id."""
+    seg = segment_factory()
+    clock = Clock()
+    core = MonitorCore(seg.name, clock=clock)
+    _running(seg)
+    seg.set("frame_seq", 1)
+    core.poll()
+    assert core.status.state is LinkState.FREE_RUNNING
+    calls = _count_full_checks(monkeypatch, clock)
+    for i in range(2, 62):  # one second at 60 Hz, a new frame at every poll
+        seg.set("frame_seq", i)
+        clock.t += 1 / 60
+        assert core.poll() is not None
+    assert 3 <= len(calls) <= 5, calls  # every VALIDATE_S (0.25 s)
+    calls.clear()
+    for _ in range(30):  # no new frame: nothing shows the mapping is still the engine's, so every poll checks
+        clock.t += 1 / 60
+        core.poll()
+    assert len(calls) == 30
+    assert core.status.state is LinkState.FREE_RUNNING
+
+
+def test_a_name_unlinked_while_frames_keep_coming_is_noticed_within_the_validate_period(segment_factory):
+    seg = segment_factory()
+    clock = Clock()
+    core = MonitorCore(seg.name, clock=clock)
+    _running(seg)
+    seg.set("frame_seq", 1)
+    core.poll()
+    os.unlink(seg.path)
+    polls = 0
+    assert core.status.state is LinkState.FREE_RUNNING
+    while core.status.state is LinkState.FREE_RUNNING and polls < 100:
+        seg.set("frame_seq", polls + 2)  # the orphaned mapping is still written: only the name is gone
+        clock.t += 1 / 60
+        core.poll()
+        polls += 1
+    assert core.status.state is LinkState.ENGINE_EXITED
+    assert core.status.reason == "segment unlinked"
+    assert polls <= round(MonitorCore.VALIDATE_S * 60) + 1
+
+
+def test_a_recreated_segment_is_noticed_at_the_first_poll_by_its_session_id(segment_factory):
+    seg = segment_factory()
+    clock = Clock()
+    core = MonitorCore(seg.name, clock=clock)
+    _running(seg)
+    seg.set("frame_seq", 1)
+    core.poll()
+    clock.t += 1 / 60
+    seg.set("frame_seq", 2)
+    core.poll()  # the full check was just made: the next poll with a new frame takes the short one
+    assert core.status.state is LinkState.FREE_RUNNING
+    old = seg.session_id
+    # same file, a new session: what a recreate in place leaves
+    struct.pack_into("<Q", seg.buf, hdr.OFFSET["session_id"], old ^ 0x5A5A)
+    seg.set("frame_seq", 3)
+    clock.t += 1 / 60
+    core.poll()
+    assert core.status.state is LinkState.ENGINE_EXITED
+    assert core.status.reason == f"session_id changed ({old:x} -> {old ^ 0x5A5A:x}): segment recreated"
+
+
+@pytest.mark.skipif(not hasattr(os, "truncate") or not os.path.isdir("/dev/shm"), reason="truncates a /dev/shm file")
+def test_a_shrink_found_by_a_failed_read_is_reported_in_the_full_checks_words(segment_factory):
+    """Between two full checks a shrink surfaces as a short read; the reason still says what happened."""
+    seg = segment_factory()
+    clock = Clock()
+    core = MonitorCore(seg.name, clock=clock)
+    _running(seg)
+    seg.set("frame_seq", 1)
+    core.poll()
+    full = seg.size
+    seg.set("frame_seq", 2)
+    os.truncate(seg.path, 4096)  # the header stays, the hot arrays go; this process never writes again
+    clock.t += 1 / 60
+    assert core.poll() is None
+    assert core.status.state is LinkState.ENGINE_EXITED
+    assert core.status.reason == f"segment shrank to 4096 bytes (needs {full})"

@@ -684,3 +684,33 @@ def test_helper_processes_cpu_counts_as_the_sessions(engines) -> None:
     assert used > 0.0  # an interpreter started and attached
     s.close()
     assert s.helper_cpu_s() >= used  # kept after the helper stopped
+
+
+def test_a_held_tools_channel_is_checked_before_each_touch_not_at_every_step(engines) -> None:
+    """The check is a wait4 and an fstat: made before a send or a read of replies, not 60 times a second."""
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name)
+    run(s, engines, lambda t: t.tools.ours, "tools channel")
+    chan = s._chan
+    assert chan is not None
+    calls: list[float] = []
+    real = chan.intact
+
+    def counted() -> bool:
+        calls.append(time.monotonic())
+        return real()
+
+    chan.intact = counted  # type: ignore[method-assign]
+    steps, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < 0.4:
+        eng.tick()
+        s.step()
+        steps += 1
+    assert steps >= 20 and len(calls) <= 2, (steps, len(calls))  # idle: before the twice-a-second read of replies
+    calls.clear()
+    s.draw("line", start=(0, 0, 0), end=(1, 1, 1))
+    tick = run(s, engines, lambda t: any(r.kind == "line" for r in t.results), "the draw's answer")
+    assert calls  # checked before the send and before each read of the answer
+    assert tick.tools.ours
+    s.close()
