@@ -135,6 +135,7 @@ class Counters:
     frames_skipped: int = 0
     late_polls: int = 0  # polls that came later than 1.5 poll periods after the previous one
     frames_skipped_late: int = 0  # of frames_skipped, those skipped while the poll was late (the monitor's doing)
+    hot_deferred: int = 0  # new frames left to a later poll: the engine held the turn, inside its step
 
     def copy(self) -> Counters:
         """A snapshot (see :meth:`Rates.copy`)."""
@@ -146,6 +147,7 @@ class Counters:
             self.frames_skipped,
             self.late_polls,
             self.frames_skipped_late,
+            self.hot_deferred,
         )
 
 
@@ -207,6 +209,8 @@ class _Attached:
     pids_checked_at: float = -1e9
     validated_at: float = -1e9  # the last full Segment.still_valid (see MonitorCore._poll_attached)
     polled_frame: int = -1  # frame_seq as the previous poll read it
+    hot_frame: int = -1  # the frame whose values the hot buffers hold (-1: none, or a torn copy)
+    hot_action: int = 0
     client_pid: int = 0
     client_since: float = 0.0  # when client_pid last changed
     samples: collections.deque[tuple[float, int, int]] = field(default_factory=lambda: collections.deque(maxlen=256))
@@ -503,8 +507,6 @@ class MonitorCore:
 
         out: Frame | None = None
         if frame_seq != att.last_frame and frame_seq > 0:
-            skipped = max(0, frame_seq - att.last_frame - 1) if att.last_frame > 0 else 0
-            att.last_frame = frame_seq
             att.frame_changed_at = now
             # An engine that holds the turn for most polls (realtime, waiting for its next slot) is
             # idle, not writing: spinning for the trainer's turn would only burn the CPU it needs.
@@ -515,14 +517,23 @@ class MonitorCore:
                 lambda: self._copy_hot(att),
                 free_run=free_run,
                 spin_s=0.0 if share is not None and share > 0.8 else 0.0005,
+                mid_step=None if seg.images is None else lambda: self._mid_step(att),
             )
             self.counters.torn_hot += res.torn
-            self.counters.frames_seen += 1
-            self.counters.frames_skipped += skipped
-            if late:
-                self.counters.frames_skipped_late += skipped
-            out = Frame(res.frame_seq, res.action_seq, now, att.rewards, att.dones, att.truncateds, res.ok, skipped)
-            out.obs = att.obs
+            if res.checked == "engine-step":
+                # Nothing copied: the frame is taken at a later poll, and its skip counts then.
+                self.counters.hot_deferred += 1
+            else:
+                skipped = max(0, frame_seq - att.last_frame - 1) if att.last_frame > 0 else 0
+                att.last_frame = frame_seq
+                # A failed copy leaves a torn mix in the buffers: no frame's values, never recorded as one.
+                att.hot_frame, att.hot_action = (res.frame_seq, res.action_seq) if res.ok else (-1, 0)
+                self.counters.frames_seen += 1
+                self.counters.frames_skipped += skipped
+                if late:
+                    self.counters.frames_skipped_late += skipped
+                out = Frame(res.frame_seq, res.action_seq, now, att.rewards, att.dones, att.truncateds, res.ok, skipped)
+                out.obs = att.obs
 
         image_seq = live.image_seq
         deferred = self.deferred_images if seg.images is not None else None
@@ -555,10 +566,10 @@ class MonitorCore:
         self._force_images = False
         att.last_image_seq = seq
         self.counters.images_copied += 1
-        if out is None:
-            live = self.live
-            assert live is not None
-            out = Frame(live.frame_seq, live.action_seq, now, att.rewards, att.dones, att.truncateds, True, 0)
+        if out is None:  # no hot copy this poll: the buffers still hold frame hot_frame's values (if any)
+            ok = att.hot_frame > 0
+            out = Frame(max(att.hot_frame, 0), att.hot_action, now, att.rewards, att.dones, att.truncateds, ok, 0)
+            out.obs = att.obs
         out.image_updated = True
         out.image_seq = seq
         out.image_frame_seq = frame_seq
@@ -592,6 +603,18 @@ class MonitorCore:
     def _read_seqs(att: _Attached) -> int:
         att.seqs = att.seg.read_seqs()
         return att.seqs[0]
+
+    @staticmethod
+    def _mid_step(att: _Attached) -> bool:
+        """Whether the engine, holding the turn, is inside its step: writing or done writing the next frame's images.
+
+        It writes frame k + 1's images, under the image seqlock, before it
+        publishes ``frame_seq = k + 1`` (LAYOUT §8.1), and its hot arrays
+        before its images: while ``image_seq`` is odd or ``image_frame_seq``
+        leads ``frame_seq``, the arrays hold the next frame's values.
+        """
+        image_seq, image_frame_seq = att.seg.read_image_seqs()
+        return bool(image_seq & 1) or image_frame_seq > att.seqs[0]
 
     @staticmethod
     def _copy_hot(att: _Attached) -> None:

@@ -87,6 +87,8 @@ class HotReadResult:
 
     ``checked`` is ``"lockstep"`` when both counters guarded the copy and
     ``"frame_seq"`` in free-run, where only ``frame_seq`` could be compared.
+    ``"engine-step"``: nothing was copied (``ok`` False, nothing torn): the
+    engine held the turn past the wait and was known to be inside its step.
     """
 
     ok: bool
@@ -104,6 +106,7 @@ def hot_read(
     free_run: bool,
     max_retries: int = DEFAULT_RETRIES,
     spin_s: float = 0.0005,
+    mid_step: Callable[[], bool] | None = None,
 ) -> HotReadResult:
     """Copy the hot arrays with ``copy`` and tell how well the copy is guarded.
 
@@ -114,8 +117,11 @@ def hot_read(
     seconds. An engine that keeps the turn longer (a realtime engine waiting
     for its next time slot holds it for most of the period) gets the same
     best-effort check as free-run: an unchanged ``frame_seq`` across the copy
-    (``checked == "frame_seq"``). ``torn`` counts copies discarded because a
-    check failed; they are retried at most ``max_retries`` times.
+    (``checked == "frame_seq"``), unless ``mid_step`` says the engine is
+    inside its step: then the arrays may already hold the next frame's values,
+    unpublished, and nothing is copied (LAYOUT §8.2: in the engine's turn, do
+    not copy; ``checked == "engine-step"``). ``torn`` counts copies discarded
+    because a check failed; they are retried at most ``max_retries`` times.
     """
     torn = 0
     deadline = time.perf_counter() + spin_s
@@ -126,6 +132,8 @@ def hot_read(
         if checked == "lockstep" and a1 == f1 and f1 != 0:
             if time.perf_counter() < deadline:
                 continue  # the engine holds the turn and may be writing right now
+            if mid_step is not None and mid_step():
+                return HotReadResult(False, f1, a1, torn, "engine-step")
             checked = "frame_seq"
         copy()
         f2, a2 = read_frame(), read_action()

@@ -489,6 +489,8 @@ _LIVE_ONE = {f: (hdr.OFFSET[f], struct.Struct("<" + hdr.CODE[f])) for f in LIVE_
 _SEQS_OFFSET = hdr.OFFSET["frame_seq"]
 assert hdr.OFFSET["action_seq"] == _SEQS_OFFSET + 8 and hdr.CODE["frame_seq"] == hdr.CODE["action_seq"] == "Q"
 _SEQS_STRUCT = struct.Struct("<QQ")
+_IMAGE_SEQS_OFFSET = hdr.OFFSET["image_seq"]
+assert hdr.OFFSET["image_frame_seq"] == _IMAGE_SEQS_OFFSET + 8 and hdr.CODE["image_seq"] == hdr.CODE["image_frame_seq"] == "Q"
 _SESSION_OFFSET = hdr.OFFSET["session_id"]
 _SESSION_STRUCT = struct.Struct("<" + hdr.CODE["session_id"])
 # read_live's one copy carries the session_id too (Segment.session_changed reads it from there)
@@ -588,6 +590,7 @@ class _Mapped:
         self.buf = memoryview(mm)
         self._live_buf = bytearray(_LIVE_STRUCT.size)
         self._seq_buf = bytearray(_SEQS_STRUCT.size)
+        self._img_seq_buf = bytearray(_SEQS_STRUCT.size)
         self._sid_buf = bytearray(_SESSION_STRUCT.size)
         self._live_sid: int | None = None  # session_id as copied by the last read_live
         self._ctr: dict[str, memoryview] = {}
@@ -756,6 +759,19 @@ class _Mapped:
             if got != total:  # short (the file shrank, or a partial read): region by region, which tells which
                 for offset, out in parts:
                     self.read_region(offset, out)
+
+    def read_image_seqs(self) -> tuple[int, int]:
+        """``(image_seq, image_frame_seq)`` from one ``pread`` of the 16 bytes that hold both.
+
+        Raises
+        ------
+        SegmentGone
+            The file no longer holds the header.
+        """
+        buf = self._img_seq_buf
+        if not self.pread_into(_IMAGE_SEQS_OFFSET, buf):
+            raise SegmentGone(f"{self.name}: segment shrank below its header")
+        return _SEQS_STRUCT.unpack_from(buf)  # type: ignore[return-value]
 
     def read_seqs(self) -> tuple[int, int]:
         """``(frame_seq, action_seq)`` from one ``pread`` of the 16 bytes that hold both.

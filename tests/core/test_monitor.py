@@ -364,3 +364,74 @@ def test_a_shrink_found_by_a_failed_read_is_reported_in_the_full_checks_words(se
     assert core.poll() is None
     assert core.status.state is LinkState.ENGINE_EXITED
     assert core.status.reason == f"segment shrank to 4096 bytes (needs {full})"
+
+
+# ---------------------------------------------------------------- the hot copy in the engine's turn
+
+
+def _engine_turn(seg, frame: int, rewards: float, image_frame: int) -> None:
+    """Frame ``frame`` published, the trainer's actions in (the engine's turn); ``rewards`` in the array now."""
+    seg.set("client_pid", os.getpid())
+    seg.set("frame_seq", frame)
+    seg.set("action_seq", frame)
+    seg.rewards[:] = rewards
+    seg.set("image_seq", 2 * image_frame)
+    seg.set("image_frame_seq", image_frame)
+
+
+def test_in_the_engines_turn_inside_its_step_nothing_is_copied_until_it_publishes(segment_factory):
+    """LAYOUT §8.2: an engine that holds the turn while it writes the next frame is not copied from.
+
+    The engine writes frame k + 1's arrays, then its images, then publishes: with
+    ``image_frame_seq`` ahead of ``frame_seq`` the arrays hold k + 1's values under k's number.
+    """
+    seg = segment_factory(num_envs=4, obs_size=2, act_size=1, image=(8, 6, 3))
+    _running(seg)
+    clock = Clock()
+    core = MonitorCore(seg.name, clock=clock)
+    _engine_turn(seg, 5, 5.0, image_frame=5)  # the engine idles in its turn (realtime, before its slot)
+    f = core.poll()
+    assert f is not None and f.frame_seq == 5 and f.hot_ok
+    np.testing.assert_array_equal(f.rewards, 5.0)  # the best-effort copy of an idle engine's turn
+
+    _engine_turn(seg, 6, 7.0, image_frame=7)  # frame 7's arrays and images written, not yet published
+    clock.t += 1 / 60
+    f = core.poll()
+    assert f is None or not f.hot_ok or f.frame_seq != 6, f
+    if f is not None:  # the image copy of this poll carries the last values taken, under their own frame
+        assert f.frame_seq == 5
+        np.testing.assert_array_equal(f.rewards, 5.0)
+    assert core.counters.hot_deferred == 1 and core.counters.frames_seen == 1
+
+    seg.set("image_seq", 2 * 7 + 1)  # ... or writing them: the same
+    clock.t += 1 / 60
+    f = core.poll()
+    assert core.counters.hot_deferred == 2 and core.counters.frames_seen == 1
+
+    seg.set("image_seq", 2 * 7)
+    seg.set("frame_seq", 7)  # published: the trainer's turn
+    clock.t += 1 / 60
+    f = core.poll()
+    assert f is not None and f.frame_seq == 7 and f.hot_ok and f.frames_skipped == 1  # frame 6 never seen
+    np.testing.assert_array_equal(f.rewards, 7.0)
+    assert core.counters.frames_seen == 2 and core.counters.frames_skipped == 1
+
+
+def test_a_failed_hot_copy_is_never_recorded_as_a_frame(engine, monkeypatch):
+    """After the retries fail the buffers hold a torn mix: shown as not ok, never put in the history."""
+    from lucky_monitor.core import monitor as monitor_mod
+    from lucky_monitor.core.session import MonitorSession
+    from lucky_monitor.protocol.seqlock import HotReadResult
+
+    s = MonitorSession(engine.name)
+    engine.tick()
+    s.step()
+    hist = s.history
+    assert hist is not None and hist.last_frame_seq == engine.seg.counter("frame_seq")
+    last = hist.last_frame_seq
+    monkeypatch.setattr(monitor_mod, "hot_read", lambda *a, **k: HotReadResult(False, last + 1, 0, 4, "frame_seq"))
+    engine.tick()
+    tick = s.step()
+    assert tick.frame is not None and not tick.frame.consistent
+    assert hist.last_frame_seq == last
+    s.close()
