@@ -611,10 +611,12 @@ class MonitorCore:
         It writes frame k + 1's images, under the image seqlock, before it
         publishes ``frame_seq = k + 1`` (LAYOUT §8.1), and its hot arrays
         before its images: while ``image_seq`` is odd or ``image_frame_seq``
-        leads ``frame_seq``, the arrays hold the next frame's values.
+        is ``frame_seq + 1``, the arrays hold the next frame's values. (A lead
+        of more than one breaks §8.1 and says nothing: such an engine is read
+        as before, best effort.)
         """
         image_seq, image_frame_seq = att.seg.read_image_seqs()
-        return bool(image_seq & 1) or image_frame_seq > att.seqs[0]
+        return bool(image_seq & 1) or image_frame_seq == att.seqs[0] + 1
 
     @staticmethod
     def _copy_hot(att: _Attached) -> None:

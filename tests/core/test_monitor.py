@@ -416,6 +416,12 @@ def test_in_the_engines_turn_inside_its_step_nothing_is_copied_until_it_publishe
     np.testing.assert_array_equal(f.rewards, 7.0)
     assert core.counters.frames_seen == 2 and core.counters.frames_skipped == 1
 
+    _engine_turn(seg, 8, 8.0, image_frame=1 << 40)  # a lead beyond one breaks C23 and says nothing
+    clock.t += 1 / 60
+    f = core.poll()
+    assert f is not None and f.frame_seq == 8 and f.hot_ok  # read best effort, never deferred for ever
+    assert core.counters.hot_deferred == 2
+
 
 def test_a_failed_hot_copy_is_never_recorded_as_a_frame(engine, monkeypatch):
     """After the retries fail the buffers hold a torn mix: shown as not ok, never put in the history."""
