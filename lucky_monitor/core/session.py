@@ -974,8 +974,10 @@ class MonitorSession:
         if frame is not None:
             hist = self.history
             # Only a consistent copy is a frame's values: after a failed one the buffers hold a torn mix.
-            if frame.hot_ok and frame.frame_seq > 0 and (
-                hist is not None and (hist.last_frame_seq is None or frame.frame_seq > hist.last_frame_seq)
+            if (
+                frame.hot_ok
+                and frame.frame_seq > 0
+                and (hist is not None and (hist.last_frame_seq is None or frame.frame_seq > hist.last_frame_seq))
             ):
                 hist.append(frame.frame_seq, now, frame.rewards, frame.dones, frame.truncateds)
             fd = FrameData(

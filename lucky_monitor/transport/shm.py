@@ -490,7 +490,8 @@ _SEQS_OFFSET = hdr.OFFSET["frame_seq"]
 assert hdr.OFFSET["action_seq"] == _SEQS_OFFSET + 8 and hdr.CODE["frame_seq"] == hdr.CODE["action_seq"] == "Q"
 _SEQS_STRUCT = struct.Struct("<QQ")
 _IMAGE_SEQS_OFFSET = hdr.OFFSET["image_seq"]
-assert hdr.OFFSET["image_frame_seq"] == _IMAGE_SEQS_OFFSET + 8 and hdr.CODE["image_seq"] == hdr.CODE["image_frame_seq"] == "Q"
+assert hdr.OFFSET["image_frame_seq"] == _IMAGE_SEQS_OFFSET + 8
+assert hdr.CODE["image_seq"] == hdr.CODE["image_frame_seq"] == "Q"
 _SESSION_OFFSET = hdr.OFFSET["session_id"]
 _SESSION_STRUCT = struct.Struct("<" + hdr.CODE["session_id"])
 # read_live's one copy carries the session_id too (Segment.session_changed reads it from there)
