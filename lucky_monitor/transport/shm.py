@@ -769,10 +769,7 @@ class _Mapped:
         SegmentGone
             The file no longer holds the header.
         """
-        buf = self._img_seq_buf
-        if not self.pread_into(_IMAGE_SEQS_OFFSET, buf):
-            raise SegmentGone(f"{self.name}: segment shrank below its header")
-        return _SEQS_STRUCT.unpack_from(buf)  # type: ignore[return-value]
+        return self._read_pair(_IMAGE_SEQS_OFFSET, self._img_seq_buf)
 
     def read_seqs(self) -> tuple[int, int]:
         """``(frame_seq, action_seq)`` from one ``pread`` of the 16 bytes that hold both.
@@ -782,8 +779,11 @@ class _Mapped:
         SegmentGone
             The file no longer holds the header.
         """
-        buf = self._seq_buf
-        if not self.pread_into(_SEQS_OFFSET, buf):
+        return self._read_pair(_SEQS_OFFSET, self._seq_buf)
+
+    def _read_pair(self, offset: int, buf: bytearray) -> tuple[int, int]:
+        """Two adjacent u64 header fields at ``offset``, copied by one ``pread`` into ``buf``."""
+        if not self.pread_into(offset, buf):
             raise SegmentGone(f"{self.name}: segment shrank below its header")
         return _SEQS_STRUCT.unpack_from(buf)  # type: ignore[return-value]
 

@@ -16,7 +16,7 @@ from lucky_monitor.protocol import messages as m
 from lucky_monitor.protocol.errors import CommandTimeout
 from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
 from lucky_monitor.sim.trainer import SharedMemoryClient
-from lucky_monitor.transport.shm import Segment
+from lucky_monitor.transport.shm import EngineSegment, Segment
 from lucky_monitor.transport.tools import ToolsChannel
 from tests.conftest import unique_segment_name
 
@@ -272,6 +272,17 @@ def _running(seg) -> None:
     seg.set("heartbeat_ns", 1)
 
 
+def _attached_at_frame_1(segment_factory) -> tuple[EngineSegment, Clock, MonitorCore]:
+    """A hand-made running segment at frame 1, and a core on a test clock that has polled it once."""
+    seg = segment_factory()
+    clock = Clock()
+    core = MonitorCore(seg.name, clock=clock)
+    _running(seg)
+    seg.set("frame_seq", 1)
+    core.poll()
+    return seg, clock, core
+
+
 def _count_full_checks(monkeypatch, clock: Clock) -> list[float]:
     calls: list[float] = []
     full = Segment.still_valid
@@ -286,12 +297,7 @@ def _count_full_checks(monkeypatch, clock: Clock) -> list[float]:
 
 def test_polls_that_find_new_frames_check_the_name_and_size_four_times_a_second(segment_factory, monkeypatch):
     """The full check is three system calls; a poll whose frame_seq moved needs only the session_id."""
-    seg = segment_factory()
-    clock = Clock()
-    core = MonitorCore(seg.name, clock=clock)
-    _running(seg)
-    seg.set("frame_seq", 1)
-    core.poll()
+    seg, clock, core = _attached_at_frame_1(segment_factory)
     assert core.status.state is LinkState.FREE_RUNNING
     calls = _count_full_checks(monkeypatch, clock)
     for i in range(2, 62):  # one second at 60 Hz, a new frame at every poll
@@ -308,12 +314,7 @@ def test_polls_that_find_new_frames_check_the_name_and_size_four_times_a_second(
 
 
 def test_a_name_unlinked_while_frames_keep_coming_is_noticed_within_the_validate_period(segment_factory):
-    seg = segment_factory()
-    clock = Clock()
-    core = MonitorCore(seg.name, clock=clock)
-    _running(seg)
-    seg.set("frame_seq", 1)
-    core.poll()
+    seg, clock, core = _attached_at_frame_1(segment_factory)
     os.unlink(seg.path)
     polls = 0
     assert core.status.state is LinkState.FREE_RUNNING
@@ -328,12 +329,7 @@ def test_a_name_unlinked_while_frames_keep_coming_is_noticed_within_the_validate
 
 
 def test_a_recreated_segment_is_noticed_at_the_first_poll_by_its_session_id(segment_factory):
-    seg = segment_factory()
-    clock = Clock()
-    core = MonitorCore(seg.name, clock=clock)
-    _running(seg)
-    seg.set("frame_seq", 1)
-    core.poll()
+    seg, clock, core = _attached_at_frame_1(segment_factory)
     clock.t += 1 / 60
     seg.set("frame_seq", 2)
     core.poll()  # the full check was just made: the next poll with a new frame takes the short one
@@ -351,12 +347,7 @@ def test_a_recreated_segment_is_noticed_at_the_first_poll_by_its_session_id(segm
 @pytest.mark.skipif(not hasattr(os, "truncate") or not os.path.isdir("/dev/shm"), reason="truncates a /dev/shm file")
 def test_a_shrink_found_by_a_failed_read_is_reported_in_the_full_checks_words(segment_factory):
     """Between two full checks a shrink surfaces as a short read; the reason still says what happened."""
-    seg = segment_factory()
-    clock = Clock()
-    core = MonitorCore(seg.name, clock=clock)
-    _running(seg)
-    seg.set("frame_seq", 1)
-    core.poll()
+    seg, clock, core = _attached_at_frame_1(segment_factory)
     full = seg.size
     seg.set("frame_seq", 2)
     os.truncate(seg.path, 4096)  # the header stays, the hot arrays go; this process never writes again
