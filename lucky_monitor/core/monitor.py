@@ -35,6 +35,7 @@ from ..protocol.header import Header
 from ..protocol.seqlock import hot_read, seqlock_read
 from ..transport.discovery import newest_live, pid_alive
 from ..transport.shm import Live, ReadPlan, Segment
+from .pacing import Yielder
 
 
 class LinkState(enum.Enum):
@@ -272,6 +273,7 @@ class MonitorCore:
         self.live: Live | None = None  # the live fields read by the last poll (None when none was read)
         self.copy_images = True  # False: follow image_seq for rates but copy no pixels
         self.copy_obs = False  # True: the guarded hot copy takes the observations too (the inspector's)
+        self.yielder: Yielder | None = None  # offers the core between the poll's copies (see pacing.Yielder)
         self.on_attach: Callable[[Header], None] | None = None  # called before the first copy of an attach
         self.poll_period = 1.0 / 60.0
         self._force_images = False
@@ -518,6 +520,7 @@ class MonitorCore:
                 free_run=free_run,
                 spin_s=0.0 if share is not None and share > 0.8 else 0.0005,
                 mid_step=None if seg.images is None else lambda: self._mid_step(att),
+                pause=None if self.yielder is None else self.yielder.spin_pause,
             )
             self.counters.torn_hot += res.torn
             if res.checked == "engine-step":
@@ -535,6 +538,9 @@ class MonitorCore:
                 out = Frame(res.frame_seq, res.action_seq, now, att.rewards, att.dones, att.truncateds, res.ok, skipped)
                 out.obs = att.obs
 
+        yielder = self.yielder
+        if yielder is not None:
+            yielder()  # between the hot copy and the image copy, never inside either
         image_seq = live.image_seq
         deferred = self.deferred_images if seg.images is not None else None
         if deferred is not None:  # a copy requested at an earlier poll, answered since: taken even if unwanted now
@@ -550,6 +556,8 @@ class MonitorCore:
             self.counters.torn_images += r.torn
             if r.ok:
                 out = self._image_copied(out, att, now, r.seq, counter("image_frame_seq"))
+            if yielder is not None:
+                yielder()
 
         sample = (now, frame_seq, image_seq // 2)
         if len(att.samples) > 1 and now - att.samples[-2][0] < 0.01:

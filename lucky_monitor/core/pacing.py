@@ -1,4 +1,16 @@
-"""A fixed-rate loop for the terminal views (``watch``, ``export``) that ends on Ctrl-C or SIGTERM.
+"""Pacing: a fixed-rate loop for the terminal views, and giving the core back between short bursts of work.
+
+:class:`Yielder` is how the monitor stays out of a lock-step pair's way. An
+engine and a trainer that wait for each other by spinning on
+``sched_yield`` keep every core busy, and neither ever *wakes up*: the
+scheduler has no reason to take a core from a process that holds it, and
+on a kernel that checks at its 250 Hz tick a monitor holds it for up to
+4 ms at a time. Whenever that process is the one whose turn just came, the
+pair waits for the monitor's whole burst. A monitor that calls
+``sched_yield`` itself after each ~100 µs of work hands the core back at
+once; its work then fills the moments when one side of the pair only
+spins. The CPU it uses is the same; what the trainer pays is not (see the
+README's *The window's CPU budget*).
 
 :func:`paced` yields the monotonic time at each due step, ``hz`` times a
 second (a step that ran late re-anchors the schedule instead of bursting),
@@ -9,11 +21,77 @@ loop ends, however it ends.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-__all__ = ["paced"]
+__all__ = ["DEFAULT_YIELD_US", "Yielder", "paced", "sched_yield"]
+
+#: Work between two offers of the core, in microseconds, unless told otherwise (``--yield-us``).
+DEFAULT_YIELD_US = 100.0
+
+
+def sched_yield() -> None:
+    """``sched_yield(2)`` where the platform has it: let any other runnable process have this core first."""
+    if _SCHED_YIELD is not None:
+        _SCHED_YIELD()
+
+
+_SCHED_YIELD: Callable[[], None] | None = getattr(os, "sched_yield", None)
+
+
+class Yielder:
+    """Offer the core to other runnable processes after every ``quantum_us`` of work (see the module docstring).
+
+    Call :meth:`begin` where a burst of work starts (a tick's start, after
+    the event loop's wait) and the instance itself at the seams of that work:
+    between the phases of a poll, between the widgets of a paint. A call
+    less than ``quantum_us`` after the last offer costs one clock read; a
+    later one calls ``yield_`` (``sched_yield``: returns at once when nothing
+    else wants the core). ``quantum_us`` ``0`` turns it off. ``count`` is
+    the number of offers made.
+
+    Never called inside a seqlock-guarded copy: a copy stretched by a yield
+    is likelier to be torn.
+    """
+
+    __slots__ = ("_clock", "_since", "_yield", "count", "quantum_s")
+
+    def __init__(
+        self,
+        quantum_us: float = DEFAULT_YIELD_US,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        yield_: Callable[[], None] = sched_yield,
+    ) -> None:
+        if not (quantum_us >= 0 and quantum_us < float("inf")):
+            raise ValueError(f"quantum_us must be 0 (off) or a positive number of microseconds, got {quantum_us!r}")
+        self.quantum_s = quantum_us / 1e6
+        self._clock = clock
+        self._yield = yield_
+        self._since = clock()
+        self.count = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.quantum_s > 0
+
+    def begin(self) -> None:
+        """A burst of work starts now (the process was asleep until now): the quantum counts from here."""
+        self._since = self._clock()
+
+    def __call__(self) -> None:
+        """Offer the core if at least one quantum of work has passed since the last offer (or :meth:`begin`)."""
+        q = self.quantum_s
+        if q > 0 and self._clock() - self._since >= q:
+            self._yield()
+            self.count += 1
+            self._since = self._clock()
+
+    def spin_pause(self) -> None:
+        """While spinning on a counter: the same offer as a call (a spin is work, as far as the trainer can tell)."""
+        self()
 
 
 def paced(hz: float, seconds: float | None = None) -> Iterator[float]:

@@ -78,6 +78,7 @@ from .history import History
 from .imagecheck import ImageChecker
 from .inspector import DEFAULT_THRESHOLD, Alarm, AlarmScanner, AlarmState, InspectorFrame, dim_names, region_stats
 from .monitor import INSPECT_MAX_BYTES, Counters, Frame, LinkState, MonitorCore, Rates
+from .pacing import DEFAULT_YIELD_US, Yielder
 from .text import ms_text, safe_text
 from .tiler import GridGeometry, Tiler, TilerError, shrink_tiles
 from .traffic import TapStats, TrafficEntry, TrafficLog
@@ -435,6 +436,9 @@ class GridDisplay:
     #: tile is ever stale); above it only the tiles in view are.
     FULL_COPY_BYTES = 4 << 20
 
+    #: Source bytes tiled between two offers of the core (:meth:`finish`): about 0.1-0.2 ms of work.
+    TILE_BAND_BYTES = 64 << 10
+
     def __init__(
         self, n: int, h: int, w: int, c: int, *, gap: int = 2, gap_value: int | tuple[int, int, int] = 40
     ) -> None:
@@ -454,6 +458,9 @@ class GridDisplay:
         self._layout = 0  # bumps at each configure: an answer to a request made before is dropped
         # What the sampling request in flight was for: segment key, layout, region, format, flip, swap_rb, show_alpha.
         self._in_flight: tuple[Any, int, tuple[int, int, int, int] | None, str, bool, bool, bool] | None = None
+        # A copy read out under the image seqlock, not yet tiled: (source, format, flip, options, region).
+        self._pending: tuple[np.ndarray, str, bool, DisplayOptions, tuple[int, int, int, int] | None] | None = None
+        self.offer: Callable[[], None] = _no_offer  # between bands of tiling: the session's Yielder
 
     @property
     def geometry(self) -> GridGeometry:
@@ -568,7 +575,8 @@ class GridDisplay:
         region, spans, flip, shrink = self._route(bottom_up, o, view)
         if not shrink:
             # The tiles in view, at their size, in one read; the tiler shrinks them into the grid itself
-            # (no intermediate buffer of shrunk tiles: a frame touches fewer bytes).
+            # (no intermediate buffer of shrunk tiles: a frame touches fewer bytes) in finish(), after
+            # the seqlock: the guarded part is the read alone.
             src = self._buffer("_mirror", self.shape)
             for start, stop in spans:
                 seg.read_images(src, start, stop)
@@ -576,7 +584,46 @@ class GridDisplay:
             src = self._buffer("_sampled", (self.shape[0], self.back.height, self.back.width, self.shape[3]))
             self._sample(seg, spans, flip, src)
             flip = False  # sampled from the flipped rows already
-        self._tile(src, src_format, flip, o, region)
+        self._pending = (src, src_format, flip, o, region)
+
+    def finish(self) -> None:
+        """Tile the copy :meth:`copy` read into the back buffer: call once the seqlock said it was consistent.
+
+        A band of tile rows at a time (:attr:`TILE_BAND_BYTES` of source), with :attr:`offer` called
+        between bands, so tiling a frame is a series of short bursts of work. Nothing pending: nothing.
+
+        Raises
+        ------
+        TilerError
+            The tiler refused the source (a geometry it was not planned for).
+        """
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._tile_banded(*pending)
+
+    def discard(self) -> None:
+        """Forget a copy that will not be tiled (its read was torn, or it was not wanted after all)."""
+        self._pending = None
+
+    def _tile_banded(
+        self, src: np.ndarray, src_format: str, flip: bool, o: DisplayOptions, region: tuple[int, int, int, int] | None
+    ) -> None:
+        g = self.geometry
+        r0, r1, c0, c1 = region if region is not None else (0, g.rows, 0, g.columns)
+        r0, r1, c0, c1 = max(0, r0), min(g.rows, r1), max(0, c0), min(g.columns, c1)
+        per_tile = max(1, src.shape[1] * src.shape[2] * src.shape[3])
+        tiles = max(1, self.TILE_BAND_BYTES // per_tile)  # per band: whole tile rows, or part of one
+        row_band = max(1, tiles // max(1, c1 - c0))
+        col_band = c1 - c0 if row_band > 1 else max(1, tiles)
+        bands = [
+            (a, min(r1, a + row_band), b, min(c1, b + col_band))
+            for a in range(r0, r1, row_band)
+            for b in range(c0, c1, col_band)
+        ]
+        for i, band in enumerate(bands):
+            if i:
+                self.offer()
+            self._tile(src, src_format, flip, o, band)
 
     def _tile(
         self, src: np.ndarray, src_format: str, flip: bool, o: DisplayOptions, region: tuple[int, int, int, int] | None
@@ -654,7 +701,7 @@ class GridDisplay:
         if region != self._route(bottom_up, o, view)[0]:
             return None  # the view moved meanwhile: the tiles now in view were not all sampled
         if got.ok:
-            self._tile(got.images, src_format, False, o, region)  # the rows were flipped while sampled
+            self._tile_banded(got.images, src_format, False, o, region)  # the rows were flipped while sampled
         return got
 
     #: Below this many bytes of envs to shrink, they are copied out with ``pread`` and shrunk here: a
@@ -821,8 +868,12 @@ class MonitorSession:
         inspect: bool = True,
         alarm_threshold: float = DEFAULT_THRESHOLD,
         inspect_hz: float = 4.0,
+        yield_us: float = DEFAULT_YIELD_US,
     ) -> None:
         self.clock = clock
+        #: Offers the core to other processes after each ``yield_us`` of a step's work (0: never; see
+        #: :class:`~lucky_monitor.core.pacing.Yielder`). The window offers it between its paints too.
+        self.yielder = Yielder(yield_us)
         if not (inspect_hz > 0 and math.isfinite(inspect_hz)):
             raise ValueError(f"inspect_hz must be a positive number, got {inspect_hz!r}")
         self._inspect = bool(inspect)
@@ -841,6 +892,7 @@ class MonitorSession:
         if images:
             self._link.deferred_images = _DeferredGrid(self)
         self._link.copy_obs = self._inspect
+        self._link.yielder = self.yielder
         self._link.on_attach = self._configure_grid
         self._link.poll_period = 1.0 / poll_hz
         self._want_tools = tools
@@ -957,6 +1009,7 @@ class MonitorSession:
         if self._closed:
             return self._tick(now, None, False, ())
         self._in_step = True
+        self.yielder.begin()
         try:
             return self._step(now)
         finally:
@@ -966,6 +1019,7 @@ class MonitorSession:
 
     def _step(self, now: float) -> Tick:
         self._copy_error = None
+        y = self.yielder
         frame = self._link.poll(now)
         if self._link.generation != self._generation:
             self._on_attach_changed(now)
@@ -990,18 +1044,28 @@ class MonitorSession:
                 frame.frames_skipped,
                 None if frame.obs is None or self._gpu_mode else _ro(frame.obs),
             )
-            if frame.image_updated and self._copy_error is None and self._grid is not None:
-                self._grid.swap()
-                new_image = True
+            grid = self._grid
+            if frame.image_updated and self._copy_error is None and grid is not None:
+                try:
+                    grid.finish()  # tiles what the guarded read copied, outside the seqlock
+                except TilerError as exc:
+                    self._copy_error = str(exc)
+                else:
+                    grid.swap()
+                    new_image = True
+        if self._grid is not None:
+            self._grid.discard()  # a read that was torn (or refused) is never tiled later
         if self._copy_error is not None:
             self._last_copy_error = self._copy_error
         elif new_image:
             self._last_copy_error = None
+        y()
         if self._inspect and self._header is not None and self._link.segment is not None:
             try:
                 self._inspect_step(now, frame)
             except LuckyMonitorError:  # a read came back short: the segment shrank; the link says so next poll
                 pass
+            y()
         traffic: tuple[TrafficEntry, ...] = ()
         seg = self._link.segment
         if self._traffic is not None and self._link.live is not None and seg is not None:
@@ -1009,6 +1073,7 @@ class MonitorSession:
                 traffic = tuple(self._traffic.poll())
             except LuckyMonitorError:  # the segment shrank mid-poll: the link reports it at its next poll
                 traffic = ()
+            y()
         if self._want_tools:
             self._service_tools(now)
         elif self._tools.exported and now >= self._next_claim:
@@ -1340,6 +1405,7 @@ class MonitorSession:
             return
         try:
             grid = GridDisplay(h.num_envs, h.image_height, h.image_width, h.image_channels)
+            grid.offer = self.yielder
             grid.set_aspect(self._display.view_aspect)
             h_, w_ = h.image_height, h.image_width
             tile = (h_, w_) if self._view is None else self._view.display_tile(h_, w_, grid.gap)
@@ -1871,6 +1937,10 @@ class MonitorSession:
 
 
 _NO_TRAFFIC = TrafficStats()
+
+
+def _no_offer() -> None:
+    """A grid on its own offers the core to nobody."""
 
 
 def _ro(a: np.ndarray) -> np.ndarray:

@@ -107,6 +107,7 @@ def hot_read(
     max_retries: int = DEFAULT_RETRIES,
     spin_s: float = 0.0005,
     mid_step: Callable[[], bool] | None = None,
+    pause: Callable[[], None] | None = None,
 ) -> HotReadResult:
     """Copy the hot arrays with ``copy`` and tell how well the copy is guarded.
 
@@ -122,6 +123,8 @@ def hot_read(
     unpublished, and nothing is copied (LAYOUT §8.2: in the engine's turn, do
     not copy; ``checked == "engine-step"``). ``torn`` counts copies discarded
     because a check failed; they are retried at most ``max_retries`` times.
+    ``pause`` is called at each turn of the spin (a ``sched_yield``: the
+    trainer waiting for the same turn keeps its core), never during a copy.
     """
     torn = 0
     deadline = time.perf_counter() + spin_s
@@ -131,6 +134,8 @@ def hot_read(
         f1, a1 = read_frame(), read_action()
         if checked == "lockstep" and a1 == f1 and f1 != 0:
             if time.perf_counter() < deadline:
+                if pause is not None:
+                    pause()
                 continue  # the engine holds the turn and may be writing right now
             if mid_step is not None and mid_step():
                 return HotReadResult(False, f1, a1, torn, "engine-step")

@@ -714,3 +714,61 @@ def test_a_held_tools_channel_is_checked_before_each_touch_not_at_every_step(eng
     assert calls  # checked before the send and before each read of the answer
     assert tick.tools.ours
     s.close()
+
+
+def test_a_frames_tiles_are_tiled_after_the_guarded_read_in_short_bands_with_the_core_offered_between(engines) -> None:
+    """The image seqlock guards the read alone; the tiling after it is cut into bands, the core offered between."""
+    from lucky_monitor.core.session import GridDisplay
+    from lucky_monitor.core.tiler import Tiler
+
+    eng = ReferenceEngine(config(num_envs=64, image=(32, 32)))
+    engines.append(eng)
+    eng.tick()
+    n, h, w, c = eng.seg.images.shape
+    o = DisplayOptions()
+    banded = GridDisplay(n, h, w, c)
+    banded.configure(None, (h, w))
+    assert banded.back is not None and banded.geometry.columns == 8
+    offers: list[int] = []
+    banded.offer = lambda: offers.append(1)
+    banded.TILE_BAND_BYTES = 3 * h * w * c  # three tiles a band: 8 rows of 8 tiles cut in 3, 24 bands
+    s = MonitorSession(eng.name, tools=False)
+    s.step()
+    seg = s._link.segment
+    assert seg is not None
+    untouched = banded.back.grid.copy()
+    banded.copy(seg, "auto", False, o, None)
+    np.testing.assert_array_equal(banded.back.grid, untouched)  # the read alone: nothing tiled yet
+    assert offers == []
+    banded.finish()
+    assert len(offers) == 23  # between bands, not after the last
+    whole = Tiler(n, h, w, c, columns=8, gap=banded.gap, gap_value=banded.gap_value)
+    np.testing.assert_array_equal(banded.back.grid, whole.tile(eng.seg.images))
+    # A read that turned out torn is discarded: never tiled by a later finish.
+    before = banded.back.grid.copy()
+    eng.tick()
+    banded.copy(seg, "auto", False, o, None)
+    banded.discard()
+    banded.finish()
+    np.testing.assert_array_equal(banded.back.grid, before)
+    assert not np.array_equal(whole.tile(eng.seg.images), before)  # the engine did draw a new frame
+    s.close()
+
+
+@pytest.mark.parametrize("yield_us", [0.0, 1.0])
+def test_a_step_offers_the_core_at_its_seams_unless_told_never(engines, yield_us: float) -> None:
+    eng = ReferenceEngine(config(num_envs=64, image=(32, 32)))
+    engines.append(eng)
+    s = MonitorSession(eng.name, tools=False, yield_us=yield_us)
+    offers: list[int] = []
+    real = s.yielder._yield
+    s.yielder._yield = lambda: (offers.append(1), real())[1]  # type: ignore[method-assign]
+    run(s, engines, lambda t: t.image is not None and t.frame is not None, "a frame with its image")
+    for _ in range(5):
+        eng.tick()
+        s.step()
+    s.close()
+    if yield_us:
+        assert len(offers) >= 6 * 3  # a step with a frame and an image: after the copies, the checks, the taps
+    else:
+        assert offers == []
