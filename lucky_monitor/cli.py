@@ -26,6 +26,7 @@ from typing import Any
 from . import __version__
 from .core.conformance import FAIL, NA, PASS, SKIPPED, heartbeat_age, run_check
 from .core.conformance import RuleResult as RuleResult  # re-exported: run_check's result type
+from .core.pacing import DEFAULT_YIELD_US
 from .core.text import ago_text, bytes_text, ms_text, safe_text
 from .protocol import header as hdr
 from .protocol.enums import EngineState, GpuObsMode, Mode, Service, SimMode
@@ -126,6 +127,15 @@ def add_window_arguments(p: argparse.ArgumentParser) -> None:
         "trainer keep busy, they get the CPU first and the window paints less; 0 leaves it as started",
     )
     p.add_argument(
+        "--yield-us",
+        metavar="US",
+        type=_yield_us,
+        default=DEFAULT_YIELD_US,
+        help="offer the CPU core to other processes after every US microseconds of the window's work "
+        "(default %(default)g): an engine and trainer that spin for their turns never wait on a "
+        "burst of the window's; 0: never",
+    )
+    p.add_argument(
         "--stats-json",
         metavar="FILE",
         help="at exit, write what the window did (ticks, frames and images published/seen/presented, "
@@ -150,6 +160,16 @@ def _budget_pct(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0 <= v <= 1600:
         raise argparse.ArgumentTypeError(f"{text!r} must be a percentage of one core, 0 (no limit) to 1600")
+    return v
+
+
+def _yield_us(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= v <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"{text!r} must be microseconds, 0 (never) to 1000000")
     return v
 
 

@@ -139,6 +139,7 @@ def _run_window(args: argparse.Namespace, name: str | None, stats_path: str | No
     from PySide6 import QtCore, QtWidgets
 
     from lucky_monitor.core.budget import lower_priority
+    from lucky_monitor.core.pacing import DEFAULT_YIELD_US
 
     from .main_window import MainWindow
     from .theme import apply_theme
@@ -160,6 +161,7 @@ def _run_window(args: argparse.Namespace, name: str | None, stats_path: str | No
         cpu_budget=10.0 if budget is None else float(budget),
         allow_other_user=bool(getattr(args, "allow_other_user", False)),
         fit_screen=not args.screenshot,  # a picture is not bounded by a screen (offscreen: a notional one)
+        yield_us=float(getattr(args, "yield_us", DEFAULT_YIELD_US)),
     )
     win.show()
     result: dict[str, str | None] = {"error": None}

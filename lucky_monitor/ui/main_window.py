@@ -31,18 +31,21 @@ import contextlib
 import os
 import time
 import typing
+from collections.abc import Callable
 
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
+from PySide6.QtQuickWidgets import QQuickWidget
 
 from ..core.budget import CpuBudget, Rates, RunStats, machine_idle_s
 from ..core.history import History
+from ..core.pacing import DEFAULT_YIELD_US
 from ..core.session import MonitorSession, Tick
 from ..core.tiler import GridGeometry
 from ..protocol.errors import LuckyMonitorError
 from . import palette as pal
 from .backend import MonitorBackend, state_color
-from .image_grid import ImageGridWidget
+from .image_grid import GridCanvas, ImageGridWidget
 from .inspector_view import InspectorView
 from .plots import PlotsPanel
 from .qml_host import make_quick_widget
@@ -108,6 +111,34 @@ def _geometry(t: GridGeometry) -> tuple[int, ...]:
     return (t.num_envs, t.height, t.width, t.channels, t.columns, t.grid_width, t.grid_height, int(t.shows_alpha))
 
 
+class PaintPacer(QtCore.QObject):
+    """Offers the core (``yielder()``) before each paint of the widgets it watches: one paint pass of the
+    window then runs as a series of short bursts, one per widget, instead of one long one.
+
+    Watched: the viewports of scroll areas (plots, tables, graphics views), QML widgets and the image
+    canvas, found when :meth:`watch` is called; an event filter that passes every event on.
+    """
+
+    def __init__(self, yielder: Callable[[], None], parent: QtCore.QObject | None = None) -> None:
+        super().__init__(parent)
+        self._yielder = yielder
+        self.watched: list[QtWidgets.QWidget] = []
+
+    def watch(self, root: QtWidgets.QWidget) -> None:
+        found: list[QtWidgets.QWidget] = [a.viewport() for a in root.findChildren(QtWidgets.QAbstractScrollArea)]
+        found += root.findChildren(QQuickWidget)
+        found += root.findChildren(GridCanvas)
+        for w in found:
+            if w not in self.watched:
+                w.installEventFilter(self)
+                self.watched.append(w)
+
+    def eventFilter(self, watched: QtCore.QObject, event: QtCore.QEvent) -> bool:
+        if event.type() == QtCore.QEvent.Type.Paint:
+            self._yielder()
+        return False
+
+
 class MainWindow(QtWidgets.QMainWindow):
     """The whole monitor. ``name=None`` follows the newest live segment.
 
@@ -144,6 +175,7 @@ class MainWindow(QtWidgets.QMainWindow):
         cpu_budget: float = DEFAULT_CPU_BUDGET,
         allow_other_user: bool = False,
         fit_screen: bool = True,
+        yield_us: float = DEFAULT_YIELD_US,
     ) -> None:
         super().__init__()
         self.fit_screen = fit_screen
@@ -151,7 +183,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.persist = persist  # False for one-off runs (--columns, --screenshot): nothing is saved
         self.setWindowTitle("lucky-monitor")
         self.resize(*DEFAULT_SIZE)  # then fitted to the screen, or the saved geometry (_restore_settings)
-        self.session = session or MonitorSession(name, allow_other_user=allow_other_user)
+        self.session = session or MonitorSession(name, allow_other_user=allow_other_user, yield_us=yield_us)
         self.history = History(1)
         self.last_tick: Tick | None = None
         self._generation = -1
@@ -244,6 +276,10 @@ class MainWindow(QtWidgets.QMainWindow):
 
         self._make_actions()
         self._restore_settings(columns)
+        # Between the widgets of one paint the core is offered to the engine and trainer (see pacing.Yielder).
+        self.paint_pacer = PaintPacer(self.session.yielder, self)
+        self.paint_pacer.watch(self)
+        self.plots.offer = self.session.yielder
 
         self.timer = QtCore.QTimer(self)
         self.timer.setTimerType(Qt.TimerType.PreciseTimer)
@@ -431,6 +467,8 @@ class MainWindow(QtWidgets.QMainWindow):
         # Images are copied only when the grid will show them: the budget thins the copy with the paint.
         self.session.want_images(time.monotonic() + DUE_SLACK_S >= self._next_image)
         tick = self.session.step()  # every tick: the data path (hot arrays, history, traffic) is never thinned
+        offer = self.session.yielder  # the core, offered at the seams of the tick's work (pacing.Yielder)
+        offer()
         self.last_tick = tick
         if tick.generation != self._generation:
             self._on_attach(tick)
@@ -439,6 +477,7 @@ class MainWindow(QtWidgets.QMainWindow):
             self._panel_rates = rates
             self.backend.LIVE_PERIOD_S = 1.0 / rates.panel_hz
         self.backend.apply(tick)
+        offer()
         now = tick.t
         if not self._paused:
             image = tick.image
@@ -455,16 +494,19 @@ class MainWindow(QtWidgets.QMainWindow):
                         self.stats.presented()
                     self._image_held = False
                     self._next_image = self._due(self._next_image, now, rates.images_hz)
+                    offer()
             if tick.display_error:
                 self.grid.status_label.setText(tick.display_error)
             self.traffic.add(tick.traffic, tick.traffic_stats, tick.t)
             self.inspector.apply(tick)  # repaints only when its alarms or statistics changed
             self._show_alarms(tick)
+            offer()
         self._ticks += 1
         if now + DUE_SLACK_S >= self._next_plot and not self._paused:
             self._next_plot = self._due(self._next_plot, now, rates.plots_hz)
             self.plots.set_sampling_cause(self._sampling_cause(tick))
             self.plots.update_view()
+            offer()
         decor = now + DUE_SLACK_S >= self._next_decor
         if decor:
             self._next_decor = self._due(self._next_decor, now, min(DECOR_MAX_HZ, rates.panel_hz))
@@ -624,7 +666,12 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def run_stats(self) -> dict[str, typing.Any]:
         """What ``--stats-json`` writes: this window's run so far (see :class:`RunStats`)."""
-        return self.stats.result(time.monotonic(), self._cpu_s())
+        y = self.session.yielder
+        return {
+            **self.stats.result(time.monotonic(), self._cpu_s()),
+            "yield_us": round(y.quantum_s * 1e6, 1),
+            "yields": y.count,
+        }
 
     # ------------------------------------------------------------ closing
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:

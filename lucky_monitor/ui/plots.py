@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
@@ -470,6 +471,10 @@ class BandFill(pg.FillBetweenItem):
         self.setPath(path)
 
 
+def _nothing() -> None:
+    """A panel on its own offers the core to nobody."""
+
+
 class PlotsPanel(QtWidgets.QWidget):
     """Reward statistics, done/truncated counts and reward raster of a history.
 
@@ -491,6 +496,8 @@ class PlotsPanel(QtWidgets.QWidget):
 
     def __init__(self, history: History, parent: QtWidgets.QWidget | None = None, *, min_points: int = 1000) -> None:
         super().__init__(parent)
+        #: Called between the parts of a redraw: the window offers the CPU core there (core.pacing.Yielder).
+        self.offer: Callable[[], None] = _nothing
         self._history = history
         self._min_points = max(int(min_points), 1)
         self._seconds: float = WINDOW_CHOICES[2][1]
@@ -854,12 +861,16 @@ class PlotsPanel(QtWidgets.QWidget):
         if key == self._last_key:
             return False
         self._last_key = key
+        offer = self.offer
         view = history.window(self._seconds, raster=False)
         self._view = view
         self._follow_x(view)
+        offer()
         self._draw_curves(view, target, span)
         self._curve_key = curve_key
+        offer()
         self._draw_raster(history, bins, target)
+        offer()
         self._draw_samples(history)
         self._last_update_seconds = time.perf_counter() - started
         return True

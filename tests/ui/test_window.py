@@ -380,7 +380,10 @@ def test_stats_json_is_written_at_exit(tmp_path, subprocess_env):
             "tap_corrupt",
             "torn_hot",
             "torn_images",
+            "yield_us",
+            "yields",
         ]
+        assert stats["yield_us"] == 100.0 and stats["yields"] > 0  # the core offered between bursts of work
         assert set(stats["tap_messages"]) == {"main c2s", "main s2c", "tools c2s", "tools s2c"}
         assert not any(stats["tap_corrupt"].values()) and stats["torn_hot"] >= 0 and stats["torn_images"] >= 0
         assert stats["ticks"] > 60 and stats["late_ticks"] < stats["ticks"]
@@ -402,6 +405,8 @@ def test_stats_json_is_written_at_exit(tmp_path, subprocess_env):
         assert bad.returncode == 2 and "--cpu-budget" in bad.stderr
         bad = subprocess.run([*argv, "--nice", "25"], capture_output=True, text=True, env=env, timeout=60)
         assert bad.returncode == 2 and "--nice" in bad.stderr and "19" in bad.stderr
+        bad = subprocess.run([*argv, "--yield-us", "-1"], capture_output=True, text=True, env=env, timeout=60)
+        assert bad.returncode == 2 and "--yield-us" in bad.stderr and "Traceback" not in bad.stderr
     finally:
         eng.terminate()
         eng.wait(10)
@@ -566,3 +571,27 @@ def test_the_first_focus_is_the_image_view_not_a_blinking_spin_box(qtbot, engine
     qtbot.waitUntil(lambda: QtWidgets.QApplication.focusWidget() is not None, timeout=5000)
     assert QtWidgets.QApplication.focusWidget() is win.grid.graphics
     assert not win.grid.columns_spin.hasFocus()
+
+
+def test_each_paint_of_a_heavy_view_is_preceded_by_an_offer_of_the_core(qtbot, engine, window):
+    """The plots, tables, QML panels and image canvas are watched: the core is offered before each one paints."""
+    from PySide6.QtQuickWidgets import QQuickWidget
+
+    from lucky_monitor.ui.image_grid import GridCanvas
+
+    win = window(engine.name)
+    wait_state(qtbot, win, LinkState.FREE_RUNNING)
+    pacer = win.paint_pacer
+    kinds = {type(w) for w in pacer.watched}
+    assert any(issubclass(k, GridCanvas) for k in kinds) and any(issubclass(k, QQuickWidget) for k in kinds)
+    assert win.plots.graphics.viewport() in pacer.watched
+    win.timer.stop()  # no ticks meanwhile
+    offers: list[str] = []
+    pacer._yielder = lambda: offers.append("offer")
+    win.plots.graphics.viewport().repaint()
+    assert offers  # one per watched widget painted (the views inside it paint with it)
+    offers.clear()
+    label = win.state_label  # a label is not watched: a paint of its own costs next to nothing
+    label.repaint()
+    assert offers == []
+    assert win.plots.offer is win.session.yielder
