@@ -101,6 +101,8 @@ def window_argv(args: argparse.Namespace) -> list[str]:
         ("--shm", "shm"),
         ("--columns", "columns"),
         ("--cpu-budget", "cpu_budget"),
+        ("--nice", "nice"),
+        ("--yield-us", "yield_us"),
         ("--stats-json", "stats_json"),
         ("--screenshot", "screenshot"),
         ("--quit-after", "quit_after"),

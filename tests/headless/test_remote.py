@@ -65,6 +65,17 @@ def _capture(port: int, password: str, path) -> subprocess.CompletedProcess[str]
     )
 
 
+def test_the_window_under_vnc_gets_every_window_option_it_was_given() -> None:
+    from lucky_monitor.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["--remote", "--shm", "LuckyEngine_1", "--cpu-budget", "5", "--nice", "19", "--yield-us", "50"]
+    )
+    argv = remote.window_argv(args)
+    for opt, value in (("--cpu-budget", "5.0"), ("--nice", "19"), ("--yield-us", "50.0"), ("--shm", "LuckyEngine_1")):
+        assert argv[argv.index(opt) + 1] == value
+
+
 def test_missing_vnc_server_names_the_package(monkeypatch, capsys) -> None:
     monkeypatch.setattr(remote.shutil, "which", lambda name: None)
     assert main(["--remote"]) == 5
