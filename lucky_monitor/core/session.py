@@ -562,14 +562,16 @@ class GridDisplay:
         return region, spans, flip, shrink
 
     def copy(self, seg: Segment, src_format: str, bottom_up: bool, o: DisplayOptions, view: ViewRequest | None) -> None:
-        """Copy the tiles in view from ``seg`` into the back buffer, here and now (see the class docstring).
+        """Read the tiles in view from ``seg``, here and now, for :meth:`finish` to tile into the back buffer.
+
+        Called under the image seqlock: the guarded part is the read (above :attr:`SAMPLE_CHUNK_BYTES`
+        of tiles to shrink, the read and shrink of each cache-sized chunk); the tiling waits until
+        the seqlock said the read was consistent (see the class docstring).
 
         Raises
         ------
         SegmentGone
             A read came back short: the segment shrank while it was copied.
-        TilerError
-            The tiler refused the source (a geometry it was not planned for).
         """
         assert self.back is not None
         region, spans, flip, shrink = self._route(bottom_up, o, view)
