@@ -153,34 +153,27 @@ def add_allow_other_user_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _budget_pct(text: str) -> float:
+def _in_range(text: str, kind: type[float] | type[int], low: float, high: float, what: str) -> float:
+    """``text`` as a ``kind`` from ``low`` to ``high``; otherwise argparse's error, ``what`` naming the range."""
     try:
-        v = float(text)
+        v = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= v <= 1600:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a percentage of one core, 0 (no limit) to 1600")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole number' if kind is int else 'number'}") from None
+    if not low <= v <= high:
+        raise argparse.ArgumentTypeError(f"{text!r} must be {what}")
     return v
+
+
+def _budget_pct(text: str) -> float:
+    return _in_range(text, float, 0, 1600, "a percentage of one core, 0 (no limit) to 1600")
 
 
 def _yield_us(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= v <= 1_000_000:
-        raise argparse.ArgumentTypeError(f"{text!r} must be microseconds, 0 (never) to 1000000")
-    return v
+    return _in_range(text, float, 0, 1_000_000, "microseconds, 0 (never) to 1000000")
 
 
 def _nice_value(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 0 <= v <= 19:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a nice value from 0 (as started) to 19 (lowest)")
-    return v
+    return int(_in_range(text, int, 0, 19, "a nice value from 0 (as started) to 19 (lowest)"))
 
 
 def _positive_float(text: str) -> float:

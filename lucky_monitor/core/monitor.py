@@ -520,7 +520,7 @@ class MonitorCore:
                 free_run=free_run,
                 spin_s=0.0 if share is not None and share > 0.8 else 0.0005,
                 mid_step=None if seg.images is None else lambda: self._mid_step(att),
-                pause=None if self.yielder is None else self.yielder.spin_pause,
+                pause=self.yielder,  # a spin is work too, as far as the trainer can tell
             )
             self.counters.torn_hot += res.torn
             if res.checked == "engine-step":

@@ -89,10 +89,6 @@ class Yielder:
             self.count += 1
             self._since = self._clock()
 
-    def spin_pause(self) -> None:
-        """While spinning on a counter: the same offer as a call (a spin is work, as far as the trainer can tell)."""
-        self()
-
 
 def paced(hz: float, seconds: float | None = None) -> Iterator[float]:
     """Yield ``time.monotonic()`` at ``hz`` steps a second until ``seconds`` pass or SIGINT/SIGTERM."""

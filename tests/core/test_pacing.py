@@ -54,12 +54,12 @@ def test_quantum_zero_never_offers_and_a_spin_follows_the_quantum() -> None:
     for k in range(10):
         clock.t = k * 1e-3
         y()
-        y.spin_pause()
+        y()
     assert offers == [] and not y.enabled
     y, clock, offers = make(100)
     for k in range(10):  # a spin polling a counter every 30 µs offers the core every fourth turn
         clock.t = k * 30e-6
-        y.spin_pause()
+        y()
     assert len(offers) == 2
 
 
