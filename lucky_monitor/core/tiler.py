@@ -46,6 +46,7 @@ This module is Qt-free.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -259,6 +260,25 @@ class _Scratch:
         return a
 
 
+@functools.lru_cache(maxsize=256)
+def _taps(n: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The two source positions :func:`_sample` averages for each of ``n`` outputs over ``size`` inputs (read-only).
+
+    Cached: a frame is shrunk in bands (each band asks for the same taps), and
+    computing them is a few numpy calls, as costly as a small band's gathers.
+    """
+    r = size / n
+    d = max(1, round(r / 2))
+    d -= 1 - d % 2  # odd: a one-pixel pattern's two phases are both in every sample pair
+    if d > size - 1:
+        d = 0  # a one-pixel source: both samples are that pixel
+    a = np.minimum(np.floor(np.arange(n) * r + r / 4).astype(np.intp), size - 1 - d)
+    b = a + d
+    a.flags.writeable = False
+    b.flags.writeable = False
+    return a, b
+
+
 def _sample(block: np.ndarray, h: int, w: int, scratch: _Scratch | None = None) -> np.ndarray:
     """Downscale the last three axes ``(H, W, c)`` of ``block`` to ``(h, w, c)`` without aliasing.
 
@@ -283,24 +303,14 @@ def _sample(block: np.ndarray, h: int, w: int, scratch: _Scratch | None = None) 
     if (h, w) == (big_h, big_w):
         return block
     ws = scratch if scratch is not None else _Scratch()
-
-    def at(n: int, size: int) -> tuple[np.ndarray, np.ndarray]:
-        r = size / n
-        d = max(1, round(r / 2))
-        d -= 1 - d % 2  # odd: a one-pixel pattern's two phases are both in every sample pair
-        if d > size - 1:
-            d = 0  # a one-pixel source: both samples are that pixel
-        a = np.minimum(np.floor(np.arange(n) * r + r / 4).astype(np.intp), size - 1 - d)
-        return a, a + d
-
     # Rows first, as whole contiguous rows (cheap to gather), summed; then the two columns of those,
     # each pixel gathered as one item (a void of its channels' bytes: numpy's gather of a c-element
     # inner axis measures 3-4x slower than a gather of c-channel items). np.take, not
     # block[..., idx, :, :], which hands back the gathered axis outermost in memory and makes every
     # later pass a strided one; mode="clip" (the indices are in range) so `out` is written directly.
     lead, c = block.shape[:-3], block.shape[-1]
-    ra, rb = at(h, big_h)
-    ca, cb = at(w, big_w)
+    ra, rb = _taps(h, big_h)
+    ca, cb = _taps(w, big_w)
     rows8 = ws.get("rows8", (*lead, h, big_w, c), np.uint8)
     rows = ws.get("rows", (*lead, h, big_w, c), np.uint16)
     np.take(block, ra, axis=-3, out=rows8, mode="clip")

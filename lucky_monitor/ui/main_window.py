@@ -671,6 +671,8 @@ class MainWindow(QtWidgets.QMainWindow):
             **self.stats.result(time.monotonic(), self._cpu_s()),
             "yield_us": round(y.quantum_s * 1e6, 1),
             "yields": y.count,
+            "rates": self.budget.rates.text(),
+            "over_budget": self.budget.over_budget,
         }
 
     # ------------------------------------------------------------ closing
