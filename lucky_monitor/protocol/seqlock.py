@@ -123,8 +123,9 @@ def hot_read(
     unpublished, and nothing is copied (LAYOUT §8.2: in the engine's turn, do
     not copy; ``checked == "engine-step"``). ``torn`` counts copies discarded
     because a check failed; they are retried at most ``max_retries`` times.
-    ``pause`` is called at each turn of the spin (a ``sched_yield``: the
-    trainer waiting for the same turn keeps its core), never during a copy.
+    ``pause`` is called at each turn of the spin (the monitor naps there:
+    the engine and the trainer waiting for the same turn keep the core, and
+    the wait costs no CPU), never during a copy.
     """
     torn = 0
     deadline = time.perf_counter() + spin_s
