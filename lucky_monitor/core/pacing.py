@@ -52,11 +52,17 @@ class Yielder:
     else wants the core). ``quantum_us`` ``0`` turns it off. ``count`` is
     the number of offers made.
 
+    :attr:`contended` says whether other processes want the cores at all;
+    while it is false no offer is made (a caller that knows the machine has
+    idle cores clears it: the kernel then runs this process on one of them,
+    and an offer would only cost a system call). Callers that split work into
+    pieces only to offer the core in between ask :attr:`active` first.
+
     Never called inside a seqlock-guarded copy: a copy stretched by a yield
     is likelier to be torn.
     """
 
-    __slots__ = ("_clock", "_since", "_yield", "count", "quantum_s")
+    __slots__ = ("_clock", "_since", "_yield", "contended", "count", "quantum_s")
 
     def __init__(
         self,
@@ -72,10 +78,16 @@ class Yielder:
         self._yield = yield_
         self._since = clock()
         self.count = 0
+        self.contended = True  # until told otherwise: the machine may be saturated
 
     @property
     def enabled(self) -> bool:
         return self.quantum_s > 0
+
+    @property
+    def active(self) -> bool:
+        """Whether a call may offer the core: offers are on and other processes want the cores."""
+        return self.quantum_s > 0 and self.contended
 
     def begin(self) -> None:
         """A burst of work starts now (the process was asleep until now): the quantum counts from here."""
@@ -84,7 +96,7 @@ class Yielder:
     def __call__(self) -> None:
         """Offer the core if at least one quantum of work has passed since the last offer (or :meth:`begin`)."""
         q = self.quantum_s
-        if q > 0 and self._clock() - self._since >= q:
+        if q > 0 and self.contended and self._clock() - self._since >= q:
             self._yield()
             self.count += 1
             self._since = self._clock()

@@ -462,7 +462,8 @@ class GridDisplay:
         self._in_flight: tuple[Any, int, tuple[int, int, int, int] | None, str, bool, bool, bool] | None = None
         # A copy read out under the image seqlock, not yet tiled: (source, format, flip, options, region).
         self._pending: tuple[np.ndarray, str, bool, DisplayOptions, tuple[int, int, int, int] | None] | None = None
-        self.offer: Callable[[], None] = _no_offer  # between bands of tiling: the session's Yielder
+        #: Offers the core between bands of tiling (the session's); ``None`` or inactive: one band.
+        self.yielder: Yielder | None = None
 
     @property
     def geometry(self) -> GridGeometry:
@@ -593,8 +594,9 @@ class GridDisplay:
     def finish(self) -> None:
         """Tile the copy :meth:`copy` read into the back buffer: call once the seqlock said it was consistent.
 
-        A band of tile rows at a time (:attr:`TILE_BAND_BYTES` of source), with :attr:`offer` called
-        between bands, so tiling a frame is a series of short bursts of work. Nothing pending: nothing.
+        While the :attr:`yielder` is active (the machine is saturated), a band of tile rows at a time
+        (:attr:`TILE_BAND_BYTES` of source) with an offer of the core between bands, so tiling a frame is a
+        series of short bursts of work; otherwise all at once. Nothing pending: nothing.
 
         Raises
         ------
@@ -612,6 +614,10 @@ class GridDisplay:
     def _tile_banded(
         self, src: np.ndarray, src_format: str, flip: bool, o: DisplayOptions, region: tuple[int, int, int, int] | None
     ) -> None:
+        y = self.yielder
+        if y is None or not y.active:  # nothing to offer the core to: bands would only cost their overhead
+            self._tile(src, src_format, flip, o, region)
+            return
         g = self.geometry
         r0, r1, c0, c1 = region if region is not None else (0, g.rows, 0, g.columns)
         r0, r1, c0, c1 = max(0, r0), min(g.rows, r1), max(0, c0), min(g.columns, c1)
@@ -626,7 +632,7 @@ class GridDisplay:
         ]
         for i, band in enumerate(bands):
             if i:
-                self.offer()
+                y()
             self._tile(src, src_format, flip, o, band)
 
     def _tile(
@@ -1409,7 +1415,7 @@ class MonitorSession:
             return
         try:
             grid = GridDisplay(h.num_envs, h.image_height, h.image_width, h.image_channels)
-            grid.offer = self.yielder
+            grid.yielder = self.yielder
             grid.set_aspect(self._display.view_aspect)
             h_, w_ = h.image_height, h.image_width
             tile = (h_, w_) if self._view is None else self._view.display_tile(h_, w_, grid.gap)
@@ -1941,10 +1947,6 @@ class MonitorSession:
 
 
 _NO_TRAFFIC = TrafficStats()
-
-
-def _no_offer() -> None:
-    """A grid on its own offers the core to nobody."""
 
 
 def _ro(a: np.ndarray) -> np.ndarray:

@@ -63,6 +63,22 @@ def test_quantum_zero_never_offers_and_a_spin_follows_the_quantum() -> None:
     assert len(offers) == 2
 
 
+def test_no_offer_while_the_machine_has_idle_cores() -> None:
+    """Told the cores are not contended, it offers nothing (a system call for no one); told again, it does."""
+    y, clock, offers = make(100)
+    assert y.active
+    y.contended = False
+    assert not y.active and y.enabled
+    for k in range(1, 10):
+        clock.t = k * 1e-3
+        y()
+    assert offers == []
+    y.contended = True
+    clock.t = 1.0
+    y()
+    assert len(offers) == 1
+
+
 @pytest.mark.parametrize("bad", [-1.0, float("inf"), float("nan")])
 def test_a_bad_quantum_is_refused(bad: float) -> None:
     with pytest.raises(ValueError, match="quantum_us"):

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from lucky_monitor.core.monitor import LinkState
+from lucky_monitor.core.pacing import Yielder
 from lucky_monitor.core.session import DisplayOptions, MonitorSession, Tick, ViewRequest
 from lucky_monitor.protocol.ring import RingWriter
 from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
@@ -730,7 +731,8 @@ def test_a_frames_tiles_are_tiled_after_the_guarded_read_in_short_bands_with_the
     banded.configure(None, (h, w))
     assert banded.back is not None and banded.geometry.columns == 8
     offers: list[int] = []
-    banded.offer = lambda: offers.append(1)
+    ticks = iter(range(1, 1 << 30))
+    banded.yielder = Yielder(1.0, clock=lambda: float(next(ticks)), yield_=lambda: offers.append(1))  # due at each call
     banded.TILE_BAND_BYTES = 3 * h * w * c  # three tiles a band: 8 rows of 8 tiles cut in 3, 24 bands
     s = MonitorSession(eng.name, tools=False)
     s.step()
@@ -752,6 +754,13 @@ def test_a_frames_tiles_are_tiled_after_the_guarded_read_in_short_bands_with_the
     banded.finish()
     np.testing.assert_array_equal(banded.back.grid, before)
     assert not np.array_equal(whole.tile(eng.seg.images), before)  # the engine did draw a new frame
+    # With idle cores (the yielder not contended) the frame is tiled in one piece: no bands, no offers.
+    banded.yielder.contended = False
+    offers.clear()
+    banded.copy(seg, "auto", False, o, None)
+    banded.finish()
+    assert offers == []
+    np.testing.assert_array_equal(banded.back.grid, whole.tile(eng.seg.images))
     s.close()
 
 

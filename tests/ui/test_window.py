@@ -573,6 +573,28 @@ def test_the_first_focus_is_the_image_view_not_a_blinking_spin_box(qtbot, engine
     assert not win.grid.columns_spin.hasFocus()
 
 
+def test_the_core_is_offered_only_while_the_machine_is_saturated(qtbot, engine, window, monkeypatch):
+    """The window tells the session's Yielder what the budget measured: idle cores, no offers; none idle, offers."""
+    from lucky_monitor.ui import main_window as mw
+
+    idle = {"cores": 2.0, "t": time.monotonic(), "s": 0.0}
+
+    def machine_idle_s() -> float:  # both cores idle, then none
+        now = time.monotonic()
+        idle["s"] += (now - idle["t"]) * idle["cores"]
+        idle["t"] = now
+        return idle["s"]
+
+    monkeypatch.setattr(mw, "machine_idle_s", machine_idle_s)
+    win = window(engine.name)
+    wait_state(qtbot, win, LinkState.FREE_RUNNING)
+    qtbot.waitUntil(lambda: not win.session.yielder.contended, timeout=5000)
+    assert not win.session.yielder.active and not win.budget.machine_busy
+    idle["cores"] = 0.0
+    qtbot.waitUntil(lambda: win.session.yielder.contended, timeout=8000)
+    assert win.session.yielder.active and win.budget.machine_busy
+
+
 def test_each_paint_of_a_heavy_view_is_preceded_by_an_offer_of_the_core(qtbot, engine, window):
     """The plots, tables, QML panels and image canvas are watched: the core is offered before each one paints."""
     from PySide6.QtQuickWidgets import QQuickWidget
