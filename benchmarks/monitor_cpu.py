@@ -248,6 +248,8 @@ def bench_window(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) 
                     "ticks": r["stats"]["ticks"],
                     "tick_ms_p50": r["stats"]["tick_ms_p50"],
                     "tick_ms_p90": r["stats"]["tick_ms_p90"],
+                    "rates_at_exit": r["stats"].get("rates"),
+                    "over_budget_at_exit": r["stats"].get("over_budget"),
                     **{k: v for k, v in r.items() if k.endswith("_cpu_pct") and k != "monitor_cpu_pct"},
                     "runs": len(runs),
                     "monitor_cpu_pct_runs": [x["monitor_cpu_pct"] for x in runs],

@@ -382,8 +382,13 @@ def test_stats_json_is_written_at_exit(tmp_path, subprocess_env):
             "torn_images",
             "yield_us",
             "yields",
+            "rates",
+            "over_budget",
         ]
-        assert stats["yield_us"] == 100.0 and stats["yields"] > 0  # the core offered between bursts of work
+        # Offers are made only while the machine is saturated (not here, most likely): counted, maybe none.
+        assert stats["yield_us"] == 100.0 and isinstance(stats["yields"], int) and stats["yields"] >= 0
+        assert stats["rates"].startswith("images ") and " Hz · plots " in stats["rates"]  # the rung at exit
+        assert isinstance(stats["over_budget"], bool)
         assert set(stats["tap_messages"]) == {"main c2s", "main s2c", "tools c2s", "tools s2c"}
         assert not any(stats["tap_corrupt"].values()) and stats["torn_hot"] >= 0 and stats["torn_images"] >= 0
         assert stats["ticks"] > 60 and stats["late_ticks"] < stats["ticks"]
