@@ -132,8 +132,8 @@ def add_window_arguments(p: argparse.ArgumentParser) -> None:
         type=_yield_us,
         default=DEFAULT_YIELD_US,
         help="offer the CPU core to other processes after every US microseconds of the window's work "
-        "(default %(default)g): an engine and trainer that spin for their turns never wait on a "
-        "burst of the window's; 0: never",
+        "while the machine has no idle core (default %(default)g): an engine and trainer that spin "
+        "for their turns never wait on a burst of the window's; 0: never",
     )
     p.add_argument(
         "--stats-json",
