@@ -280,6 +280,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.paint_pacer = PaintPacer(self.session.yielder, self)
         self.paint_pacer.watch(self)
         self.plots.offer = self.session.yielder
+        self.traffic.model.offer = self.session.yielder
 
         self.timer = QtCore.QTimer(self)
         self.timer.setTimerType(Qt.TimerType.PreciseTimer)

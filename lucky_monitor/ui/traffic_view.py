@@ -15,7 +15,7 @@ count them, whether or not a valid message arrived.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
@@ -79,12 +79,19 @@ _ALIGN = tuple(
 )
 
 
+def _nothing() -> None:
+    """A table on its own offers the core to nobody."""
+
+
 class TrafficModel(QtCore.QAbstractTableModel):
     """A read-only table over a snapshot of :class:`TrafficLog` entries.
 
     A paint asks :meth:`data` for seven roles of every visible cell (about
     2,000 calls for a dock-high table): each row's texts are formatted once,
-    the first time the row is shown, and a call is a lookup.
+    the first time the row is shown, and a call is a lookup. Once per row
+    (its first column's text) it calls :attr:`offer`: the window offers the
+    core there, so a paint of the table (a few milliseconds) runs in short
+    bursts (see ``core.pacing.Yielder``).
     """
 
     MAX_ROWS = 2000
@@ -95,6 +102,8 @@ class TrafficModel(QtCore.QAbstractTableModel):
         self._texts: list[tuple[str, ...] | None] = []  # each row's column texts, once shown
         self._t0 = 0.0
         self._error_brush = QtGui.QBrush(QtGui.QColor(pal.BAD))
+        #: Called once per row a paint asks for (see the class notes); the window sets it.
+        self.offer: Callable[[], None] = _nothing
 
     #: Rows dropped from the top at once when appending passes :attr:`MAX_ROWS` (each drop shifts every
     #: row, which repaints the whole table: in batches, that happens once per this many new rows).
@@ -176,8 +185,11 @@ class TrafficModel(QtCore.QAbstractTableModel):
         if not 0 <= row < len(self._rows):
             return None
         if role == _DISPLAY:
+            col = index.column()
+            if col == 0:
+                self.offer()
             texts = self._texts[row]
-            return (texts or self._row_texts(row))[index.column()]
+            return (texts or self._row_texts(row))[col]
         if role == _ALIGNMENT:
             return _ALIGN[index.column()]
         if role == _FOREGROUND:

@@ -10,7 +10,7 @@ import csv
 
 import numpy as np
 import pytest
-from PySide6 import QtGui, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from lucky_monitor.core.history import History, HistoryError
 from lucky_monitor.ui.plots import (
@@ -22,6 +22,7 @@ from lucky_monitor.ui.plots import (
     bin_starts,
     gap_starts,
     reduce_bins,
+    seam_paints,
 )
 
 
@@ -555,3 +556,80 @@ def test_the_sampling_note_blames_the_monitor_for_frames_skipped_on_late_polls()
     assert MainWindow._sampling_cause(busy) == "the monitor was busy (1 late poll)"
     fast = SimpleNamespace(counters=Counters(frames_skipped=500, late_polls=1, frames_skipped_late=7))
     assert MainWindow._sampling_cause(fast) == "the engine steps faster than the 60 Hz poll"
+
+
+class _Paints(QtCore.QObject):
+    """Counts the paint events a widget receives."""
+
+    def __init__(self, widget: QtWidgets.QWidget) -> None:
+        super().__init__(widget)
+        self.count = 0
+        widget.installEventFilter(self)
+
+    def eventFilter(self, watched: QtCore.QObject, event: QtCore.QEvent) -> bool:
+        if event.type() == QtCore.QEvent.Type.Paint:
+            self.count += 1
+        return False
+
+
+def test_a_refresh_is_one_paint_of_the_view(panel: PlotsPanel, qtbot) -> None:
+    """pyqtgraph applies a new range at the next paint, whose items then ask for a second one: not here."""
+    panel.show()
+    qtbot.waitExposed(panel)
+    seq = feed(panel.history, 120)
+    panel.update_view()
+    qtbot.wait(100)
+    paints = _Paints(panel.graphics.viewport())
+    for k in range(3):
+        # values that move the reward range each time: the case that asked for a second paint
+        for j in range(20):
+            panel.history.append(
+                seq,
+                3.0 + k + j / 60,
+                np.full(16, 10.0 ** (k + 1) + j, np.float32),
+                np.zeros(16, np.uint8),
+                np.zeros(16, np.uint8),
+            )
+            seq += 1
+        assert panel.update_view()
+        qtbot.wait(80)
+    assert paints.count == 3
+
+
+def test_costly_items_offer_the_core_before_they_paint(panel: PlotsPanel, qtbot) -> None:
+    """A refresh paints the view in one event; the window's offer runs between its costly items."""
+    panel.show()
+    qtbot.waitExposed(panel)
+    feed(panel.history, 120)
+    panel.history.set_selected([3])
+    panel.update_view()
+    qtbot.wait(50)
+    seamed = {id(it) for it in panel.graphics.scene().items() if getattr(it, "_lucky_seamed", False)}
+    for item in (panel.band_fill, panel.mean_curve.curve, panel.dones_curve.curve, panel.raster_image):
+        assert id(item) in seamed
+    assert id(panel._selected_curves[3].curve) in seamed  # a curve added later is seamed too
+    assert id(panel.reward_plot.getAxis("left")) in seamed
+    offers: list[int] = []
+    panel.offer = lambda: offers.append(1)  # set after construction, as the window does
+    panel.graphics.viewport().repaint()
+    assert len(offers) >= 12  # curves, band, raster, axes, lines, texts: one offer each
+    assert len(offers) <= len(seamed)
+
+
+def test_seam_paints_wraps_the_costly_items_once() -> None:
+    scene = QtWidgets.QGraphicsScene()
+    text = QtWidgets.QGraphicsTextItem("slow to lay out")  # made here, as pyqtgraph makes its items:
+    rect = QtWidgets.QGraphicsRectItem(0, 0, 10, 10)  # only a Python-made item takes an instance override
+    scene.addItem(text)
+    scene.addItem(rect)
+    calls: list[str] = []
+    assert seam_paints(scene, lambda: lambda: calls.append("offer")) == 1
+    assert seam_paints(scene, lambda: lambda: calls.append("again")) == 0  # already seamed
+    assert getattr(text, "_lucky_seamed", False) and not getattr(rect, "_lucky_seamed", False)
+    image = QtGui.QImage(64, 64, QtGui.QImage.Format.Format_ARGB32)
+    image.fill(0)
+    painter = QtGui.QPainter(image)
+    scene.render(painter)
+    painter.end()
+    assert calls == ["offer"]  # the text offered once before it painted; the rectangle paints as before
+    assert image.pixelColor(0, 0).alpha() > 0 or image.pixelColor(5, 5).alpha() > 0  # and both still painted

@@ -136,3 +136,25 @@ def test_new_entries_are_appended_and_the_oldest_trimmed_in_batches(view, segmen
     assert view.model.rowCount() == 0 and resets == [1]
     view.filter_edit.setText("")
     assert view.model.rowCount() == min(50, cid)
+
+
+def test_a_paint_of_the_table_offers_the_core_once_per_row(view, segment_factory, qtbot) -> None:
+    """The window's offer (core.pacing.Yielder) runs between the rows of a paint, not once per paint."""
+    seg = segment_factory(cmd_ring_size=65536)
+    h = seg.header
+    c2s = RingWriter(seg.buf, h.cmd_c2s_offset, h.cmd_ring_size)
+    log = TrafficLog(seg)
+    for cid in range(1, 41):
+        c2s.push(encode(Envelope(m.MethodId.GetSceneInfoReq, cid, m.GetSceneInfoReq(), sent_ns=cid)))
+    feed(view, log)
+    view.resize(500, 400)
+    view.show()
+    qtbot.waitExposed(view)
+    table = view.table
+    first, last = table.rowAt(0), table.rowAt(table.viewport().height() - 1)
+    visible = (last if last >= 0 else view.model.rowCount() - 1) - first + 1
+    assert 5 <= visible < 40  # the test needs a partly shown table
+    offers: list[int] = []
+    view.model.offer = lambda: offers.append(1)
+    table.viewport().repaint()
+    assert visible <= len(offers) <= visible + 2  # each painted row once (a partly shown row counts too)

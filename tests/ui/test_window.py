@@ -621,4 +621,5 @@ def test_each_paint_of_a_heavy_view_is_preceded_by_an_offer_of_the_core(qtbot, e
     label = win.state_label  # a label is not watched: a paint of its own costs next to nothing
     label.repaint()
     assert offers == []
-    assert win.plots.offer is win.session.yielder
+    assert win.plots.offer is win.session.yielder  # and inside the views: between plot items, table rows
+    assert win.traffic.model.offer is win.session.yielder
