@@ -26,7 +26,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 
-__all__ = ["DEFAULT_YIELD_US", "Yielder", "paced", "sched_yield"]
+__all__ = ["DEFAULT_YIELD_US", "Yielder", "no_offer", "paced", "sched_yield"]
 
 #: Work between two offers of the core, in microseconds, unless told otherwise (``--yield-us``).
 DEFAULT_YIELD_US = 100.0
@@ -39,6 +39,10 @@ def sched_yield() -> None:
 
 
 _SCHED_YIELD: Callable[[], None] | None = getattr(os, "sched_yield", None)
+
+
+def no_offer() -> None:
+    """The offer of a view on its own (no window around it): the core goes to nobody."""
 
 
 class Yielder:

@@ -47,6 +47,7 @@ from pyqtgraph.exporters import ImageExporter
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from ..core.history import History, HistoryView, ring_count_since, ring_tail
+from ..core.pacing import no_offer
 from ..protocol.errors import LuckyMonitorError
 from . import palette as pal
 
@@ -471,10 +472,6 @@ class BandFill(pg.FillBetweenItem):
         self.setPath(path)
 
 
-def _nothing() -> None:
-    """A panel on its own offers the core to nobody."""
-
-
 #: Scene items whose paint costs enough to be worth an offer of the core before it (measured at 256 envs,
 #: one plot refresh: the band fill 1.7 ms, a curve 0.2-0.4 ms, an image 0.4 ms, an axis 0.1 ms, a text 0.04 ms);
 #: the rest (view boxes, layouts, rectangles, labels) paint in microseconds.
@@ -538,7 +535,7 @@ class PlotsPanel(QtWidgets.QWidget):
     def __init__(self, history: History, parent: QtWidgets.QWidget | None = None, *, min_points: int = 1000) -> None:
         super().__init__(parent)
         #: Called between the parts of a redraw: the window offers the CPU core there (core.pacing.Yielder).
-        self.offer: Callable[[], None] = _nothing
+        self.offer: Callable[[], None] = no_offer
         self._history = history
         self._min_points = max(int(min_points), 1)
         self._seconds: float = WINDOW_CHOICES[2][1]

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
+from ..core.pacing import no_offer
 from ..core.session import TrafficStats
 from ..core.text import ms_text
 from ..core.traffic import TrafficEntry
@@ -79,10 +80,6 @@ _ALIGN = tuple(
 )
 
 
-def _nothing() -> None:
-    """A table on its own offers the core to nobody."""
-
-
 class TrafficModel(QtCore.QAbstractTableModel):
     """A read-only table over a snapshot of :class:`TrafficLog` entries.
 
@@ -103,7 +100,7 @@ class TrafficModel(QtCore.QAbstractTableModel):
         self._t0 = 0.0
         self._error_brush = QtGui.QBrush(QtGui.QColor(pal.BAD))
         #: Called once per row a paint asks for (see the class notes); the window sets it.
-        self.offer: Callable[[], None] = _nothing
+        self.offer: Callable[[], None] = no_offer
 
     #: Rows dropped from the top at once when appending passes :attr:`MAX_ROWS` (each drop shifts every
     #: row, which repaints the whole table: in batches, that happens once per this many new rows).
