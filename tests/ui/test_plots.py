@@ -391,6 +391,48 @@ def test_band_fill_follows_finite_runs(qtbot) -> None:
     assert fill.path().isEmpty()
 
 
+def test_band_fill_paints_in_pieces_with_the_pixels_of_one_outline(qtbot) -> None:
+    """A wide band is filled piece by piece, offering the core between pieces, and looks the same."""
+    import pyqtgraph as pg
+
+    rng = np.random.default_rng(3)
+    n = 1100
+    x = 5e5 + 37.0 * np.arange(n)
+    mid = np.sin(np.arange(n) / 80.0)
+    lo, hi = mid - 0.3 - 0.1 * rng.random(n), mid + 0.3 + 0.1 * rng.random(n)
+    lo[700] = np.nan  # two runs
+    low, high = pg.PlotDataItem(x, lo), pg.PlotDataItem(x, hi)
+    fill = BandFill(low, high, brush=(80, 140, 220, 70))
+    fill.updatePath()
+    # 700 bins then 399: pieces of at most 128 bins that share their boundary bin
+    assert len(fill.pieces()) == 6 + 4
+    offers: list[int] = []
+    fill.offer = lambda: offers.append(1)
+
+    def render(draw) -> np.ndarray:
+        image = QtGui.QImage(1100, 260, QtGui.QImage.Format.Format_ARGB32_Premultiplied)
+        image.fill(QtGui.QColor(20, 22, 26))
+        painter = QtGui.QPainter(image)
+        painter.setTransform(
+            QtGui.QTransform(1100 / (x[-1] - x[0]), 0, 0, -260 / 3.0, -x[0] * 1100 / (x[-1] - x[0]), 130)
+        )
+        draw(painter)
+        painter.end()
+        return np.frombuffer(image.constBits(), np.uint8).reshape(260, 1100, 4).copy()
+
+    def whole(painter: QtGui.QPainter) -> None:
+        painter.setPen(QtCore.Qt.PenStyle.NoPen)
+        painter.setBrush(fill.brush())
+        painter.drawPath(fill.path())
+
+    pieces = render(lambda p: fill.paint(p, QtWidgets.QStyleOptionGraphicsItem(), None))
+    assert len(offers) == len(fill.pieces()) - 1
+    one = render(whole)
+    assert (pieces != one).any(axis=2).sum() == 0
+    assert (one != render(lambda p: None)).any(axis=2).sum() > 20000  # the band was drawn at all
+    assert fill.path().boundingRect() == fill.boundingRect()
+
+
 def test_binning_helpers() -> None:
     assert bin_starts(10, 10) is None
     assert bin_starts(11, 10).tolist() == [0, 2, 4, 6, 8, 10]
