@@ -37,7 +37,7 @@ def changes(levels: list[int]) -> int:
 def test_the_ladder_goes_from_full_rates_to_the_floor():
     assert LADDER[0] == Rates(60, 10, 10)
     floor = LADDER[-1]
-    assert (floor.images_hz, floor.plots_hz, floor.panel_hz) == (2, 0.5, 0.5)
+    assert (floor.images_hz, floor.plots_hz, floor.panel_hz) == (1, 0.25, 0.25)
     for hi, lo in itertools.pairwise(LADDER):  # each rung paints no more of anything
         assert lo.images_hz <= hi.images_hz and lo.plots_hz <= hi.plots_hz and lo.panel_hz <= hi.panel_hz
         assert lo != hi
@@ -132,7 +132,7 @@ def test_over_budget_at_the_floor_says_so():
     b = CpuBudget(10)
     run(b, lambda level, t: 25.0, 20)
     assert b.at_floor and b.over_budget
-    assert b.text().startswith("CPU 25 % of 10 % · images 2 Hz · plots 0.5 Hz · panel 0.5 Hz")
+    assert b.text().startswith("CPU 25 % of 10 % · images 1 Hz · plots 0.25 Hz · panel 0.25 Hz")
     assert "over budget" in b.text()
 
 

@@ -282,23 +282,23 @@ def test_the_budget_thins_painting_never_polling(qtbot, engine, window):
     win = window(engine.name)
     wait_state(qtbot, win, LinkState.FREE_RUNNING)
     qtbot.waitUntil(lambda: win.stats.images_presented > 0, timeout=5000)
-    win.budget.level = len(LADDER) - 1  # the floor: images 2 Hz, plots 0.5 Hz, panel 0.5 Hz
+    win.budget.level = len(LADDER) - 1  # the floor: images 1 Hz, plots 0.25 Hz, panel 0.25 Hz
     win.budget.update = lambda now, cpu, idle=None: False  # held there
     plots = []
     win.plots.update_view = lambda: plots.append(1)
     presented, ticks = win.stats.images_presented, win.stats.ticks
     copied, seen = _t(win).counters.images_copied, _t(win).counters.frames_seen
-    qtbot.wait(2000)
+    qtbot.wait(4000)
     n_ticks = win.stats.ticks - ticks
-    assert n_ticks > 60  # the poll goes on at its rate ...
-    assert _t(win).counters.frames_seen - seen > 100  # ... reading every frame it can (engine at 200 Hz)
-    assert 2 <= win.stats.images_presented - presented <= 6  # ... but shows 2 images a second
+    assert n_ticks > 120  # the poll goes on at its rate ...
+    assert _t(win).counters.frames_seen - seen > 200  # ... reading every frame it can (engine at 200 Hz)
+    assert 2 <= win.stats.images_presented - presented <= 6  # ... but shows an image a second
     assert _t(win).counters.images_copied - copied <= 8  # and copies only the images it shows
     assert (_t(win).rates.images_per_s or 0) > 50  # while following every publication's rate
-    assert len(plots) <= 3  # plots every 2 s
-    assert win.backend.LIVE_PERIOD_S == 2.0  # the panels every 2 s
+    assert len(plots) <= 2  # plots every 4 s
+    assert win.backend.LIVE_PERIOD_S == 4.0  # the panels every 4 s
     win._update_status(_t(win))
-    assert "images 2 Hz · plots 0.5 Hz · panel 0.5 Hz" in win.budget_label.text()
+    assert "images 1 Hz · plots 0.25 Hz · panel 0.25 Hz" in win.budget_label.text()
 
 
 def test_status_bar_shows_the_budget_and_the_rates_in_force(qtbot, engine, window):
