@@ -108,7 +108,7 @@ class Rates:
 #: the highest rate that fits rather than halving it. The last two rungs are for a window that
 #: is still over its budget at images 2 Hz, plots and panels 0.5 Hz: beside an engine and a
 #: trainer that keep every core busy (where the budget is halved), painting plots and panels
-#: every 4 s and an image a second cost a trainer stepping 256 envs 1.5 points fewer of its
+#: every 4 s and an image a second cost a trainer stepping 256 envs 1.6 points fewer of its
 #: steps than the rung above (A/B/A, six rounds: 0.970 against 0.954 of its steps alone).
 LADDER: tuple[Rates, ...] = (
     Rates(60, 10, 10),
