@@ -710,3 +710,84 @@ def test_an_overlay_with_nothing_drawn_is_not_blended(grid_widget, solid_images)
     grid_widget.set_frame(solid_images(4, 64, 64))  # big tiles: their labels are drawn
     settle(grid_widget)
     assert grid_widget.labels.last_drawn == 4 and canvas.overlay_shown
+
+
+def _canvas_reference(canvas) -> QtGui.QImage:
+    """The canvas painted the plain way: background everywhere, the image over it, the whole overlay over both."""
+    out = QtGui.QImage(canvas.size(), QtGui.QImage.Format.Format_RGB32)
+    painter = QtGui.QPainter(out)
+    painter.fillRect(out.rect(), canvas._view.backgroundBrush())
+    surface = canvas._surface
+    painter.setTransform(surface.deviceTransform(canvas._view.viewportTransform()))
+    painter.drawImage(surface.rect, surface.qimage)
+    painter.resetTransform()
+    if canvas.overlay_shown:
+        painter.drawImage(0, 0, canvas._overlay)
+    painter.end()
+    return out
+
+
+@pytest.mark.parametrize("channels", [3, 4])
+def test_the_canvas_fills_and_blends_only_where_needed_with_the_pixels_of_a_plain_paint(
+    grid_widget, solid_images, channels
+):
+    # The canvas skips the fill under an opaque image and blends the overlay only in the bands of rows it
+    # drew in: the pixels must be those of filling everything and blending the whole overlay.
+    images = solid_images(16, 64, 64, channels).copy()
+    if channels == 4:
+        images[..., 3] = np.arange(16, dtype=np.uint8)[:, None, None] * 16  # partly transparent tiles
+        grid_widget.alpha_check.setChecked(True)
+    grid_widget.set_frame(images)
+    settle(grid_widget)
+    canvas = grid_widget.canvas
+    assert canvas.overlay_shown and grid_widget.labels.last_drawn == 16
+    blended = sum(source.width() * source.height() for _, source in canvas._overlay_bands)
+    assert blended < 0.4 * canvas.width() * canvas.height(), "labels alone: a band per row of tiles, not the whole"
+    grid_widget.select_env(5)
+    settle(grid_widget)
+    views = [None, QtCore.QRectF(37.3, 21.6, 150.5, 130.2), QtCore.QRectF(-80.5, -60.25, 500.0, 400.0)]
+    for view in views:
+        if view is not None:
+            grid_widget.view_box.setRange(view, padding=0)
+            settle(grid_widget)
+        assert canvas._overlay_bands
+        shown = canvas.grab().toImage().convertToFormat(QtGui.QImage.Format.Format_RGB32)
+        assert qimage_to_array(shown).tolist() == qimage_to_array(_canvas_reference(canvas)).tolist(), view
+
+
+def _canvas_on_screen(canvas) -> np.ndarray:
+    """The canvas's pixels as the window holds them (its backing store, through the screen), not repainted."""
+    window = canvas.window()
+    origin = canvas.mapTo(window, QtCore.QPoint(0, 0))
+    shot = window.screen().grabWindow(window.winId(), origin.x(), origin.y(), canvas.width(), canvas.height())
+    return qimage_to_array(shot.toImage().convertToFormat(QtGui.QImage.Format.Format_RGB32))
+
+
+def test_a_new_image_repaints_only_the_pixels_it_covers(grid_widget, solid_images, qtbot):
+    # While the view stays put, a new frame's paint covers the image's rectangle alone; the background
+    # and the overlay kept from the last paint stay right (the window's pixels match a repaint of everything).
+    grid_widget.set_frame(solid_images(16, 48, 48))
+    grid_widget.select_env(6)
+    grid_widget.view_box.setRange(QtCore.QRectF(-30.5, -20.25, 300.0, 260.0), padding=0)
+    settle(grid_widget)
+    canvas = grid_widget.canvas
+    regions: list[QtCore.QRect] = []
+    original = canvas.paintEvent
+
+    def paint(event: QtGui.QPaintEvent) -> None:
+        regions.append(event.rect())
+        original(event)
+
+    canvas.paintEvent = paint
+    image_rect = canvas._placed.outer
+    assert QtCore.QRect(0, 0, canvas.width(), canvas.height()).contains(image_rect) and image_rect != canvas.rect()
+    for k in range(6):
+        images = solid_images(16, 48, 48)
+        grid_widget.set_frame(np.ascontiguousarray(images[::-1] if k % 2 else images))
+        qtbot.waitUntil(lambda n=k + 1: len(regions) >= n, timeout=2000)
+    assert regions and all(r == image_rect for r in regions), (image_rect, regions)
+    on_screen = _canvas_on_screen(canvas)
+    repainted = qimage_to_array(canvas.grab().toImage().convertToFormat(QtGui.QImage.Format.Format_RGB32))
+    assert on_screen.tolist() == repainted.tolist()
+    grid_widget.view_box.setRange(QtCore.QRectF(0, 0, 100, 100), padding=0)  # a zoom: the whole canvas again
+    qtbot.waitUntil(lambda: regions[-1] == canvas.rect(), timeout=2000)
