@@ -552,10 +552,16 @@ class MonitorCore:
         want_images = self.copy_images and (image_seq != att.last_image_seq or self._force_images)
         if seg.images is not None and want_images and (deferred is None or not deferred.request(seg)):
             sink = self.image_sink or self._copy_images
-            r = seqlock_read(lambda: counter("image_seq"), lambda: sink(seg))
+            image_frame = [0]
+
+            def copy() -> None:
+                sink(seg)
+                image_frame[0] = counter("image_frame_seq")  # after the copy, before the second image_seq (§8.1)
+
+            r = seqlock_read(lambda: counter("image_seq"), copy)
             self.counters.torn_images += r.torn
             if r.ok:
-                out = self._image_copied(out, att, now, r.seq, counter("image_frame_seq"))
+                out = self._image_copied(out, att, now, r.seq, image_frame[0])
             if yielder is not None:
                 yielder()
 

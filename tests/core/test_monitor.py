@@ -465,3 +465,34 @@ def test_a_failed_hot_copy_is_never_recorded_as_a_frame(engine, monkeypatch):
     assert tick.frame is not None and not tick.frame.consistent
     assert hist.last_frame_seq == last
     s.close()
+
+
+def test_the_images_frame_is_read_under_the_image_seqlock(segment_factory, monkeypatch):
+    """LAYOUT §8.1: ``image_frame_seq`` is loaded after the copy and before the second ``image_seq``.
+
+    An engine that starts its next publication right after the monitor's second load stores the next
+    ``image_frame_seq`` before the monitor could read it afterwards: the copy, consistent, is frame 5's.
+    """
+    seg = segment_factory(num_envs=4, obs_size=2, act_size=1, image=(8, 6, 3))
+    _running(seg)
+    _engine_turn(seg, 5, 5.0, image_frame=5)
+    seg.set("action_seq", 4)  # the trainer's turn
+    core = MonitorCore(seg.name, clock=Clock())
+    core.poll()  # attached
+    seg.set("image_seq", 2 * 6)  # a new publication of frame 5's images (frame 5 re-rendered)
+    real = Segment.read_counter
+    loads: list[str] = []
+
+    def read_counter(self, field: str) -> int:
+        value = real(self, field)
+        loads.append(field)
+        if field == "image_seq" and loads.count("image_seq") == 2:  # the engine begins its next write now
+            seg.set("image_seq", 2 * 6 + 1)
+            seg.set("image_frame_seq", 6)
+        return value
+
+    monkeypatch.setattr(Segment, "read_counter", read_counter)
+    core.clock.t += 1 / 60
+    f = core.poll()
+    assert f is not None and f.image_updated and f.image_seq == 12
+    assert f.image_frame_seq == 5, "the frame of the images copied, not of the write that began after"
