@@ -254,9 +254,10 @@ class ImageSurface(QtWidgets.QGraphicsObject):
         self._changed()
 
     def _changed(self) -> None:
-        self.update()  # nothing while hidden (a GridCanvas paints it then)
         if self.changed is not None:
-            self.changed()
+            self.changed()  # a GridCanvas paints it (hidden in the scene)
+        else:
+            self.update()
 
     @property
     def rect(self) -> QtCore.QRectF:
@@ -684,6 +685,8 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._single: SingleEnvView | None = None
         self._frame: ImageFrame | None = None  # set by show_image (a session's grid)
         self._geometry: tuple[int, ...] | None = None
+        self._shown_layout: GridGeometry | None = None  # the layout object ``_geometry`` was taken from
+        self._display_rect: tuple[float, ...] | None = None  # where the session's grid was last placed
         self._selection: tuple[int, ...] = ()
         self._extra_highlights: list[QtWidgets.QGraphicsRectItem] = []
         self._last_view: ViewRequest | None = None
@@ -803,7 +806,12 @@ class ImageGridWidget(QtWidgets.QWidget):
         A change of geometry (envs, image size, columns, alpha) re-fits the view.
         """
         t = image.layout
-        key = (t.num_envs, t.height, t.width, t.channels, t.columns, t.grid_width, t.grid_height, int(t.shows_alpha))
+        if t is not self._shown_layout or self._geometry is None:  # the session keeps one object per layout
+            key = (t.num_envs, t.height, t.width, t.channels, t.columns, t.grid_width, t.grid_height)
+            key += (int(t.shows_alpha),)
+            self._shown_layout = t
+        else:
+            key = self._geometry
         self._frame = image
         self.tiler = t
         self._back = None
@@ -824,7 +832,10 @@ class ImageGridWidget(QtWidgets.QWidget):
                     self._selected = None
             self._needs_fit = True
             self._needs_meta = True
-        self.image_item.set_rect(QtCore.QRectF(*image.display_rect()))
+        rect = image.display_rect()
+        if rect != self._display_rect:
+            self._display_rect = rect
+            self.image_item.set_rect(QtCore.QRectF(*rect))
         self._show()
         # The counters' line is text: re-laid out on every change, so at most a few times a second.
         now = time.monotonic()
@@ -837,6 +848,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         """Show nothing (detached, or an engine without an image region) and say why."""
         self._frame = None
         self._geometry = None
+        self._display_rect = None
         self._needs_meta = True
         self.tiler = None
         self._back = None
@@ -942,6 +954,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         self.image_item.set_image(grid)
         if frame is None:
             self.image_item.set_rect(QtCore.QRectF(0, 0, grid.shape[1], grid.shape[0]))
+            self._display_rect = None  # placed here, not by show_image
         if self._needs_fit:
             self._needs_fit = False
             self._place_highlight()

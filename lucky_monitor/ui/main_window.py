@@ -200,6 +200,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self._image_held = False  # a new image came while presentation was not due
         self._shown_meta: tuple[int, int, int] | None = None
         self._shown_geometry: tuple[float, ...] | None = None
+        self._shown_layout: GridGeometry | None = None  # the layout object of the image shown last, and its step
+        self._shown_step = 0.0
         self._panel_rates: Rates | None = None
 
         # --- centre: images over plots
@@ -448,7 +450,7 @@ class MainWindow(QtWidgets.QMainWindow):
         """A new attach or a detach: per-session views start afresh."""
         self._generation = tick.generation
         self._alarm_version, self._next_alarms = -1, 0.0  # a new attach counts its alarms afresh
-        self._shown_geometry = None  # the new attach's first image is shown at once
+        self._shown_geometry = self._shown_layout = None  # the new attach's first image is shown at once
         self.history = tick.history or History(1)
         self.plots.set_history(self.history)
         self.traffic.clear()
@@ -486,11 +488,17 @@ class MainWindow(QtWidgets.QMainWindow):
             if image is not None and (image is not self._seen_image or self._image_held):
                 self._seen_image = image
                 self._image_held = self._image_held or image.new
-                geometry_changed = self._shown_geometry != (*_geometry(image.layout), image.step)
+                # The session hands over one layout object per layout: only a new one needs comparing.
+                if image.layout is not self._shown_layout or image.step != self._shown_step:
+                    geometry_changed = self._shown_geometry != (*_geometry(image.layout), image.step)
+                else:
+                    geometry_changed = False
                 if geometry_changed or (self._image_held and now + DUE_SLACK_S >= self._next_image):
                     self.grid.show_image(image, tick.counters.torn_images)
                     self._shown_meta = (image.image_seq, image.image_frame_seq, tick.counters.torn_images)
-                    self._shown_geometry = (*_geometry(image.layout), image.step)
+                    if geometry_changed or image.layout is not self._shown_layout:
+                        self._shown_geometry = (*_geometry(image.layout), image.step)
+                    self._shown_layout, self._shown_step = image.layout, image.step
                     if self._image_held:
                         self.stats.presented()
                     self._image_held = False

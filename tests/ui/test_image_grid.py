@@ -791,3 +791,20 @@ def test_a_new_image_repaints_only_the_pixels_it_covers(grid_widget, solid_image
     assert on_screen.tolist() == repainted.tolist()
     grid_widget.view_box.setRange(QtCore.QRectF(0, 0, 100, 100), padding=0)  # a zoom: the whole canvas again
     qtbot.waitUntil(lambda: regions[-1] == canvas.rect(), timeout=2000)
+
+
+def test_a_shrunk_grid_shown_again_after_a_clear_keeps_its_place(grid_widget, solid_images):
+    # The place of the session's grid is set only when it changes; a clear forgets it, so the same grid
+    # shown again (a display buffer at half size: two grid pixels per buffer pixel) is placed again.
+    import dataclasses
+
+    frame = image_frame(solid_images(4, 32, 32))
+    h, w = frame.grid.shape[:2]
+    half = dataclasses.replace(frame, grid=frame.grid[::2, ::2], scale=(2.0, 2.0))
+    full = QtCore.QRectF(0, 0, 2 * (w // 2 + w % 2), 2 * (h // 2 + h % 2))
+    grid_widget.show_image(half)
+    assert grid_widget.image_item.rect == full
+    grid_widget.clear_image("detached")
+    assert grid_widget.image_item.rect.isNull()
+    grid_widget.show_image(half)
+    assert grid_widget.image_item.rect == full
