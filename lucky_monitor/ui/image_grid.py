@@ -807,8 +807,8 @@ class ImageGridWidget(QtWidgets.QWidget):
         """
         t = image.layout
         if t is not self._shown_layout or self._geometry is None:  # the session keeps one object per layout
-            key = (t.num_envs, t.height, t.width, t.channels, t.columns, t.grid_width, t.grid_height)
-            key += (int(t.shows_alpha),)
+            key: tuple[int, ...] = (t.num_envs, t.height, t.width, t.channels, t.columns, t.grid_width)
+            key += (t.grid_height, int(t.shows_alpha))
             self._shown_layout = t
         else:
             key = self._geometry
