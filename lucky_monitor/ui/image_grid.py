@@ -34,6 +34,7 @@ the ViewBox to grid pixels and :meth:`Tiler.env_at`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 import typing
 from collections.abc import Callable, Mapping
@@ -54,7 +55,15 @@ from lucky_monitor.ui import palette as pal
 #: Seconds between updates of the grid's counters line while frames stream in.
 META_PERIOD_S = 0.2
 
-__all__ = ["GridCanvas", "ImageGridError", "ImageGridWidget", "ImageSurface", "SingleEnvView", "array_to_qimage"]
+__all__ = [
+    "GridCanvas",
+    "ImageGridError",
+    "ImageGridWidget",
+    "ImageSurface",
+    "LayoutKey",
+    "SingleEnvView",
+    "array_to_qimage",
+]
 
 
 class ImageGridError(LuckyMonitorError):
@@ -272,14 +281,34 @@ class ImageSurface(QtWidgets.QGraphicsObject):
             painter.drawImage(self._rect, self.qimage)
 
 
+class LayoutKey:
+    """What makes two grid layouts show differently, derived once per layout object.
+
+    The session hands over one :class:`GridGeometry` object per layout (it
+    alternates two buffers of one geometry), so a layout seen last time
+    costs an identity check, not eight attribute reads.
+    """
+
+    def __init__(self) -> None:
+        self._layout: GridGeometry | None = None
+        self._key: tuple[int, ...] = ()
+
+    def __call__(self, t: GridGeometry) -> tuple[int, ...]:
+        if t is not self._layout:
+            self._layout = t
+            self._key = (t.num_envs, t.height, t.width, t.channels, t.columns, t.grid_width, t.grid_height)
+            self._key += (int(t.shows_alpha),)
+        return self._key
+
+
 #: Height in device pixels of the bands the overlay is blended in (only bands it drew in are blended).
 OVERLAY_BAND = 16
 
 
 def _inner_rect(r: QtCore.QRectF) -> QtCore.QRect:
     """The device pixels wholly inside ``r`` (empty if none)."""
-    x0, y0 = int(np.ceil(r.left())), int(np.ceil(r.top()))
-    x1, y1 = int(np.floor(r.right())), int(np.floor(r.bottom()))
+    x0, y0 = math.ceil(r.left()), math.ceil(r.top())
+    x1, y1 = math.floor(r.right()), math.floor(r.bottom())
     return QtCore.QRect(x0, y0, max(0, x1 - x0), max(0, y1 - y0))
 
 
@@ -685,7 +714,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._single: SingleEnvView | None = None
         self._frame: ImageFrame | None = None  # set by show_image (a session's grid)
         self._geometry: tuple[int, ...] | None = None
-        self._shown_layout: GridGeometry | None = None  # the layout object ``_geometry`` was taken from
+        self._layout_key = LayoutKey()
         self._display_rect: tuple[float, ...] | None = None  # where the session's grid was last placed
         self._selection: tuple[int, ...] = ()
         self._extra_highlights: list[QtWidgets.QGraphicsRectItem] = []
@@ -806,12 +835,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         A change of geometry (envs, image size, columns, alpha) re-fits the view.
         """
         t = image.layout
-        if t is not self._shown_layout or self._geometry is None:  # the session keeps one object per layout
-            key: tuple[int, ...] = (t.num_envs, t.height, t.width, t.channels, t.columns, t.grid_width)
-            key += (t.grid_height, int(t.shows_alpha))
-            self._shown_layout = t
-        else:
-            key = self._geometry
+        key = self._layout_key(t)
         self._frame = image
         self.tiler = t
         self._back = None

@@ -41,11 +41,10 @@ from ..core.budget import CpuBudget, Rates, RunStats, machine_idle_s
 from ..core.history import History
 from ..core.pacing import DEFAULT_YIELD_US
 from ..core.session import MonitorSession, Tick
-from ..core.tiler import GridGeometry
 from ..protocol.errors import LuckyMonitorError
 from . import palette as pal
 from .backend import MonitorBackend, state_color
-from .image_grid import GridCanvas, ImageGridWidget
+from .image_grid import GridCanvas, ImageGridWidget, LayoutKey
 from .inspector_view import InspectorView
 from .plots import PlotsPanel
 from .qml_host import make_quick_widget
@@ -104,11 +103,6 @@ def layout_fits(
     if needed.width() > room.width() or needed.height() > room.height():
         return False
     return window is None or available.intersects(window)
-
-
-def _geometry(t: GridGeometry) -> tuple[int, ...]:
-    """What makes two grid layouts show differently (the session alternates two buffers of one geometry)."""
-    return (t.num_envs, t.height, t.width, t.channels, t.columns, t.grid_width, t.grid_height, int(t.shows_alpha))
 
 
 class PaintPacer(QtCore.QObject):
@@ -200,8 +194,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._image_held = False  # a new image came while presentation was not due
         self._shown_meta: tuple[int, int, int] | None = None
         self._shown_geometry: tuple[float, ...] | None = None
-        self._shown_layout: GridGeometry | None = None  # the layout object of the image shown last, and its step
-        self._shown_step = 0.0
+        self._layout_key = LayoutKey()
         self._panel_rates: Rates | None = None
 
         # --- centre: images over plots
@@ -450,7 +443,7 @@ class MainWindow(QtWidgets.QMainWindow):
         """A new attach or a detach: per-session views start afresh."""
         self._generation = tick.generation
         self._alarm_version, self._next_alarms = -1, 0.0  # a new attach counts its alarms afresh
-        self._shown_geometry = self._shown_layout = None  # the new attach's first image is shown at once
+        self._shown_geometry = None  # the new attach's first image is shown at once
         self.history = tick.history or History(1)
         self.plots.set_history(self.history)
         self.traffic.clear()
@@ -488,17 +481,12 @@ class MainWindow(QtWidgets.QMainWindow):
             if image is not None and (image is not self._seen_image or self._image_held):
                 self._seen_image = image
                 self._image_held = self._image_held or image.new
-                # The session hands over one layout object per layout: only a new one needs comparing.
-                if image.layout is not self._shown_layout or image.step != self._shown_step:
-                    geometry_changed = self._shown_geometry != (*_geometry(image.layout), image.step)
-                else:
-                    geometry_changed = False
+                geometry = (*self._layout_key(image.layout), image.step)
+                geometry_changed = self._shown_geometry != geometry
                 if geometry_changed or (self._image_held and now + DUE_SLACK_S >= self._next_image):
                     self.grid.show_image(image, tick.counters.torn_images)
                     self._shown_meta = (image.image_seq, image.image_frame_seq, tick.counters.torn_images)
-                    if geometry_changed or image.layout is not self._shown_layout:
-                        self._shown_geometry = (*_geometry(image.layout), image.step)
-                    self._shown_layout, self._shown_step = image.layout, image.step
+                    self._shown_geometry = geometry
                     if self._image_held:
                         self.stats.presented()
                     self._image_held = False
