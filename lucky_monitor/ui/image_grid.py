@@ -51,6 +51,7 @@ from lucky_monitor.core.tiler import FrameMeta, GridGeometry, Tiler, TilerError,
 from lucky_monitor.protocol.enums import ImageFormat
 from lucky_monitor.protocol.errors import LuckyMonitorError
 from lucky_monitor.ui import palette as pal
+from lucky_monitor.ui.text_line import TextLine
 
 #: Seconds between updates of the grid's counters line while frames stream in.
 META_PERIOD_S = 0.2
@@ -797,14 +798,14 @@ class ImageGridWidget(QtWidgets.QWidget):
         controls.addWidget(self.reset_button)
         controls.addWidget(self.single_button)
 
-        self.status_label = QtWidgets.QLabel("no images")
-        self.status_label.setTextFormat(QtCore.Qt.TextFormat.PlainText)  # errors are shown as plain text
+        # Plain text (errors are shown as they are); a new counter repaints the line, never the window's layout.
+        self.status_label = TextLine("no images", tooltip_is_text=True)
         self.hover_label = QtWidgets.QLabel("")
         self.hover_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         for label in (self.status_label, self.hover_label):
             # A minimum of its own, so the text's width is not the layout's minimum: counters that gain
             # digits or a long readout must not widen the window (past a 1280 px screen). Cut, not wrapped,
-            # when the dock is narrower; the status line's whole text is its tooltip.
+            # when the dock is narrower (the status line elided); the status line's whole text is its tooltip.
             label.setMinimumWidth(1)
         status = QtWidgets.QHBoxLayout()
         status.addWidget(self.status_label, 1)
@@ -1113,7 +1114,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         now = time.monotonic()
         same_shape = self._meta is not None and self._meta[2:] == counts[2:] + geometry
         if same_shape and now - self._meta_shown_at < self.META_PERIOD_S:
-            return  # a counter that moves every frame is read at 5 Hz: a label relayout per frame is waste
+            return  # a counter that moves every frame is read at 5 Hz: a repaint per frame is waste
         self._meta_shown_at = now
         self._meta = counts + geometry
         text = f"image_seq {counts[0]}  image_frame_seq {counts[1]}  torn copies skipped {counts[2]}"
@@ -1122,8 +1123,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._status(text)
 
     def _status(self, text: str) -> None:
-        self.status_label.setText(text)
-        self.status_label.setToolTip(text)
+        self.status_label.setText(text)  # its tooltip follows: the whole line, when it is cut
 
     # ------------------------------------------------------------ view
     #: Margin around a fitted grid, a fraction of its size on each side.

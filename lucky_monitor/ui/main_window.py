@@ -48,6 +48,7 @@ from .image_grid import GridCanvas, ImageGridWidget, LayoutKey
 from .inspector_view import InspectorView
 from .plots import PlotsPanel
 from .qml_host import make_quick_widget
+from .text_line import TextLine
 from .traffic_view import TrafficView
 
 POLL_HZ = 60
@@ -244,14 +245,15 @@ class MainWindow(QtWidgets.QMainWindow):
         traffic_dock.raise_()
 
         # --- status bar: the state, large, in its colour
-        self.state_label = QtWidgets.QLabel("searching")
-        self.state_label.setTextFormat(QtCore.Qt.TextFormat.PlainText)  # reasons carry engine text: never markup
+        # Plain text (reasons carry engine text: never markup). The status bar's lines are TextLines: a new
+        # text repaints its line; a QLabel's would re-lay out the main window, its docks and status bar.
+        self.state_label = TextLine("searching", tooltip_is_text=True)
         font = self.state_label.font()
         font.setPointSizeF(font.pointSizeF() * 1.3)
         font.setBold(True)
         self.state_label.setFont(font)
-        self.rate_label = QtWidgets.QLabel("")
-        self.budget_label = QtWidgets.QLabel("")
+        self.rate_label = TextLine()
+        self.budget_label = TextLine()
         self.budget_label.setToolTip(
             "CPU of this window (% of one core) against its budget (--cpu-budget), and the refresh "
             "rates in force; every poll is still read and recorded"
@@ -575,16 +577,16 @@ class MainWindow(QtWidgets.QMainWindow):
         if tick is None:
             return
         text = tick.text + (f" — {tick.reason}" if tick.reason else "") + (f"   ({tick.notice})" if tick.notice else "")
-        _set_text(self.state_label, text)
+        self.state_label.setText(text)
         _set_style(self.state_label, f"color: {state_color(tick.state)};")
         if tick.header is not None:
             # The same rounding as the panel: both read this tick's rates.
             fps = "—" if tick.rates.frames_per_s is None else f"{tick.rates.frames_per_s:.1f}"
             ips = "—" if tick.rates.images_per_s is None else f"{tick.rates.images_per_s:.1f}"
-            _set_text(self.rate_label, f"{fps} frames/s   {ips} images/s   poll {self._tick_cost * 1e3:4.1f} ms")
+            self.rate_label.setText(f"{fps} frames/s   {ips} images/s   poll {self._tick_cost * 1e3:4.1f} ms")
         else:
-            _set_text(self.rate_label, "")
-        _set_text(self.budget_label, self.budget.text())
+            self.rate_label.setText("")
+        self.budget_label.setText(self.budget.text())
         _set_style(self.budget_label, "color: #e0a030;" if self.budget.over_budget else "")
         title = f"lucky-monitor — {tick.name or 'no segment'} — {tick.state.value}"
         if self._paused:
@@ -691,12 +693,6 @@ class MainWindow(QtWidgets.QMainWindow):
             quick.setSource(QtCore.QUrl())
         self.session.close()
         super().closeEvent(event)
-
-
-def _set_text(label: QtWidgets.QLabel, text: str) -> None:
-    """Set a label's text only when it changes (each change re-lays out the status bar)."""
-    if label.text() != text:
-        label.setText(text)
 
 
 def _set_style(widget: QtWidgets.QWidget, sheet: str) -> None:

@@ -50,6 +50,7 @@ from ..core.history import History, HistoryView, ring_count_since, ring_tail
 from ..core.pacing import no_offer
 from ..protocol.errors import LuckyMonitorError
 from . import palette as pal
+from .text_line import TextLine
 
 __all__ = [
     "BAND_MODES",
@@ -305,25 +306,6 @@ class LegendRow(pg.LegendItem):
     def updateSize(self) -> None:
         """Ask the owning layout for room instead of resizing in place."""
         self.updateGeometry()
-
-
-class ElidedLabel(QtWidgets.QLabel):
-    """One line of text, elided at the right when narrower than the text; the whole text is its tooltip."""
-
-    def setText(self, text: str) -> None:
-        super().setText(text)
-        self.setToolTip(text)
-
-    def minimumSizeHint(self) -> QtCore.QSize:
-        hint = super().minimumSizeHint()
-        return QtCore.QSize(0, hint.height())
-
-    def paintEvent(self, event: QtGui.QPaintEvent) -> None:
-        painter = QtGui.QPainter(self)
-        rect = self.contentsRect()
-        text = self.fontMetrics().elidedText(self.text(), QtCore.Qt.TextElideMode.ElideRight, rect.width())
-        painter.setPen(self.palette().color(QtGui.QPalette.ColorRole.WindowText))
-        painter.drawText(rect, int(self.alignment()), text)
 
 
 class RasterDisplay:
@@ -735,9 +717,9 @@ class PlotsPanel(QtWidgets.QWidget):
         self.png_button.setText("PNG…")
         self.png_button.setToolTip("export the plots as a PNG image")
         self.png_button.clicked.connect(self._export_png_clicked)
-        self.status_label = ElidedLabel("")
+        self.status_label = TextLine(tooltip_is_text=True)
         # One line, its room kept while hidden: the note coming and going never re-lays out the plots.
-        self.samples_label = ElidedLabel("")
+        self.samples_label = TextLine(tooltip_is_text=True)
         self.samples_label.setStyleSheet(f"color: {pal.WARN};")
         policy = self.samples_label.sizePolicy()
         policy.setRetainSizeWhenHidden(True)

@@ -25,6 +25,7 @@ from ..core.session import TrafficStats
 from ..core.text import ms_text
 from ..core.traffic import TrafficEntry
 from . import palette as pal
+from .text_line import TextLine
 
 COLUMNS = ("time", "direction", "method", "correlation", "bytes", "latency", "error")
 #: Header texts, compact so that all columns fit the dock's default width (the full names are tooltips).
@@ -267,8 +268,12 @@ class TrafficView(QtWidgets.QWidget):
         self.filter_edit.textChanged.connect(self._on_filter)
         self.follow_check = QtWidgets.QCheckBox("follow")
         self.follow_check.setChecked(True)
-        self.stats_label = QtWidgets.QLabel("no segment")
-        self.stats_label.setWordWrap(True)
+        # Two lines of their own (a new count repaints its line, never the window's layout), each elided
+        # when the dock is narrower, its whole text in its tooltip: the counts, and the last problem if any.
+        self.stats_label = TextLine("no segment", tooltip_is_text=True)
+        self.problem_label = TextLine(tooltip_is_text=True)
+        self.problem_label.setStyleSheet(f"color: {pal.WARN};")
+        self.problem_label.setVisible(False)
         top = QtWidgets.QHBoxLayout()
         top.addWidget(QtWidgets.QLabel("method"))
         top.addWidget(self.filter_edit, 1)
@@ -278,6 +283,7 @@ class TrafficView(QtWidgets.QWidget):
         lay.addLayout(top)
         lay.addWidget(self.table, 1)
         lay.addWidget(self.stats_label)
+        lay.addWidget(self.problem_label)
 
     def clear(self) -> None:
         """Forget every entry and count (a new attach starts afresh)."""
@@ -333,6 +339,7 @@ class TrafficView(QtWidgets.QWidget):
         st = self.stats
         if not st.messages:
             self.stats_label.setText("no segment")
+            self.problem_label.setVisible(False)
             return
         parts = []
         for ring, count in st.messages.items():
@@ -345,7 +352,7 @@ class TrafficView(QtWidgets.QWidget):
                 text += f" ({st.undecodable[ring]} undecodable)"
             parts.append(text)
         footer = "   ".join(parts) + f"   shown {self.model.rowCount()} of {len(self.entries)}"
-        if st.last_problem:
-            footer += f"\nlast problem: {st.last_problem}"
         self.stats_label.setText(footer)
-        self.stats_label.setToolTip(st.last_problem or "")
+        if st.last_problem:
+            self.problem_label.setText(f"last problem: {st.last_problem}")
+        self.problem_label.setVisible(bool(st.last_problem))

@@ -62,7 +62,8 @@ def test_footer_shows_corruption_when_no_valid_message_arrives(view, segment_fac
     struct.pack_into("<I", seg.buf, base, 16)  # ... published
     feed(view, log)
     assert "tools s2c: 0 (missed 16 B) (1 corrupt)" in view.stats_label.text()
-    assert "length 0" in view.stats_label.toolTip()
+    assert view.problem_label.text().startswith("last problem:") and "length 0" in view.problem_label.text()
+    assert not view.problem_label.isHidden() and view.problem_label.toolTip() == view.problem_label.text()
     struct.pack_into("<II", seg.buf, base, 16 + 8 * seg.header.tools_ring_size, 16)  # lapped: bytes missed
     feed(view, log)
     assert f"(missed {16 + 8 * seg.header.tools_ring_size} B)" in view.stats_label.text()

@@ -1,0 +1,117 @@
+"""TextLine: a new text repaints the line without re-laying out the window; elided, coloured, tooltipped."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np
+import pytest
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from lucky_monitor.ui.text_line import TextLine
+
+
+class LayoutRequests(QtCore.QObject):
+    """Counts the layout requests a widget receives."""
+
+    def __init__(self, widget: QtWidgets.QWidget) -> None:
+        super().__init__()
+        self.count = 0
+        widget.installEventFilter(self)
+
+    def eventFilter(self, obj, event):
+        if event.type() == QtCore.QEvent.Type.LayoutRequest:
+            self.count += 1
+        return False
+
+
+def window_with(qtbot, line: QtWidgets.QWidget) -> QtWidgets.QMainWindow:
+    """A main window with a dock and a status bar, ``line`` nested two layouts deep in its central widget."""
+    win = QtWidgets.QMainWindow()
+    qtbot.addWidget(win)
+    inner = QtWidgets.QWidget()
+    row = QtWidgets.QHBoxLayout(inner)
+    row.addWidget(line, 1)
+    row.addWidget(QtWidgets.QLabel("beside"))
+    central = QtWidgets.QWidget()
+    col = QtWidgets.QVBoxLayout(central)
+    col.addWidget(QtWidgets.QPushButton("above"))
+    col.addWidget(inner)
+    win.setCentralWidget(central)
+    dock = QtWidgets.QDockWidget("dock")
+    dock.setWidget(QtWidgets.QLabel("docked"))
+    win.addDockWidget(QtCore.Qt.DockWidgetArea.RightDockWidgetArea, dock)
+    win.statusBar().addWidget(QtWidgets.QLabel("status"))
+    win.resize(640, 240)
+    win.show()
+    qtbot.waitExposed(win)
+    return win
+
+
+def settle() -> None:
+    for _ in range(3):
+        QtCore.QCoreApplication.sendPostedEvents()
+        QtWidgets.QApplication.processEvents()
+
+
+@pytest.mark.parametrize("kind", ["TextLine", "QLabel"])
+def test_a_new_text_repaints_the_line_and_asks_for_room_only_when_wider(qtbot, kind) -> None:
+    line = TextLine("image_seq 100") if kind == "TextLine" else QtWidgets.QLabel("image_seq 100")
+    win = window_with(qtbot, line)
+    settle()
+    requests = LayoutRequests(win)
+    for seq in range(101, 121):  # counters moving: the same width or narrower
+        line.setText(f"image_seq {seq}")
+        settle()
+    line.setText("image_seq 9")
+    settle()
+    if kind == "QLabel":  # what the line is for: a label's every new text re-lays out the window
+        assert requests.count >= 20
+        return
+    assert line.text() == "image_seq 9"
+    assert requests.count == 0
+    line.setText("image_seq 123456789012")  # wider than any text before: it asks for room once
+    settle()
+    assert requests.count == 1
+    assert line.sizeHint().width() >= line.fontMetrics().horizontalAdvance("image_seq 123456789012")
+    line.setText("x")  # the hint keeps the widest: narrower texts never ask again
+    settle()
+    assert requests.count == 1
+
+
+def test_a_line_narrower_than_its_text_elides_it_and_its_tooltip_holds_the_whole(qtbot) -> None:
+    line = TextLine(tooltip_is_text=True)
+    qtbot.addWidget(line)
+    text = "64 envs 64x64  image_seq 1000000000000000  image_frame_seq 500000000000000  torn copies skipped 3"
+    line.setText(text)
+    assert line.toolTip() == text and line.text() == text
+    assert line.minimumSizeHint().width() == 0  # a long text never sets the window's minimum width
+    line.resize(120, line.sizeHint().height())
+    image = line.grab().toImage()
+    ink = np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.bytesPerLine())
+    assert ink.any()  # something is drawn
+    plain = TextLine()
+    assert plain.toolTip() == ""
+    plain.setText("no tooltip")
+    assert plain.toolTip() == ""
+
+
+def test_the_line_is_drawn_in_its_style_sheets_colour_and_font(qtbot) -> None:
+    line = TextLine("WWWW")
+    qtbot.addWidget(line)
+    line.setStyleSheet("color: #ff0000; background: #000000;")
+    line.setAttribute(QtCore.Qt.WidgetAttribute.WA_StyledBackground, True)
+    line.resize(200, 30)
+    line.show()
+    qtbot.waitExposed(line)
+    image = line.grab().toImage().convertToFormat(QtGui.QImage.Format.Format_RGB32)
+    px = np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.bytesPerLine() // 4, 4)
+    red = (px[..., 2] > 150) & (px[..., 1] < 80) & (px[..., 0] < 80)
+    assert red.sum() > 20, "the text is drawn in the style sheet's colour"
+    before = line.sizeHint().width()
+    font = line.font()
+    font.setPointSizeF(font.pointSizeF() * 2)
+    line.setFont(font)
+    assert line.sizeHint().width() > before  # a larger font: a wider hint for the same text
