@@ -781,3 +781,84 @@ def test_a_step_offers_the_core_at_its_seams_unless_told_never(engines, yield_us
         assert len(offers) >= 6 * 3  # a step with a frame and an image: after the copies, the checks, the taps
     else:
         assert offers == []
+
+
+def test_a_held_frames_grid_is_never_tiled_into_while_new_images_go_on(engines) -> None:
+    """A view that draws a frame's grid in place holds it: new images go to the other buffers, each right."""
+    from lucky_monitor.core.tiler import Tiler
+
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    render, stamps = eng.renderer.render, iter(range(1, 1 << 30))
+
+    def stamped(sim, out) -> None:  # every publication differs: its number in each env's first pixel
+        render(sim, out)
+        out[:, 0, 0, :] = next(stamps) % 251
+
+    eng.renderer.render = stamped
+    s = MonitorSession(eng.name, tools=False)
+    first = run(s, engines, lambda t: t.image is not None and t.image.new, "first image").image
+    n, h, w, c = eng.seg.images.shape
+    reference = Tiler(n, h, w, c, columns=first.layout.columns, gap=first.layout.gap, gap_value=40)
+
+    def next_image() -> Tick:
+        last = s._last_image.image_seq if s._last_image is not None else -1
+        return run(s, engines, lambda t: t.image is not None and t.image.new and t.image.image_seq != last, "image")
+
+    # Not held: the grid handed over is rewritten two new images later (the buffers alternate).
+    kept = first.grid.copy()
+    next_image()
+    assert np.array_equal(first.grid, kept)
+    next_image()
+    assert not np.array_equal(first.grid, kept)
+
+    # Held: unchanged over many new images, each of them the engine's frame; three buffers at most.
+    held = next_image().image
+    s.hold_image(held)
+    kept = held.grid.copy()
+    grids = set()
+    for _ in range(6):
+        t = next_image()
+        grids.add(t.image.grid.base.ctypes.data)
+        assert not np.shares_memory(t.image.grid, held.grid)
+        np.testing.assert_array_equal(t.image.grid, reference.tile(eng.seg.images))  # images do not move unasked
+        np.testing.assert_array_equal(held.grid, kept)
+    assert len(grids) == 2  # the two buffers the held one is not
+
+    # The view moves on to the newest frame: the older one is free again, the newest kept.
+    newest = t.image
+    s.hold_image(newest)
+    kept = newest.grid.copy()
+    for _ in range(3):
+        next_image()
+        np.testing.assert_array_equal(newest.grid, kept)
+
+    # A new layout drops the hold: the held buffer belongs to the old one and is never written again.
+    s.set_display(DisplayOptions(columns=1))
+    t = s.step()
+    assert t.image is not None and t.image.layout.columns == 1
+    for _ in range(3):
+        next_image()
+    np.testing.assert_array_equal(newest.grid, kept)
+    assert s._grid is not None and s._grid._held is None
+    s.hold_image(None)
+    s.close()
+
+
+def test_a_held_buffer_is_never_the_back_one_whichever_it_was() -> None:
+    from lucky_monitor.core.session import GridDisplay
+
+    g = GridDisplay(4, 8, 8, 3)
+    g.configure(None, (8, 8))
+    assert g.front is not None and g.back is not None
+    held = g.back
+    g.hold(held.grid[2:5])  # a view of the back buffer (an older frame a view kept drawing)
+    for _ in range(5):
+        assert g.back is not held and g.back.grid is not held.grid and g.back is not g.front
+        g.swap()
+    g.hold(g.front.grid)
+    front = g.front
+    g.swap()
+    assert g.back is not front
+    g.hold(np.zeros((3, 3, 3), np.uint8))  # no buffer of this display: nothing held
+    assert g._held is None

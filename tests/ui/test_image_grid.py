@@ -808,3 +808,50 @@ def test_a_shrunk_grid_shown_again_after_a_clear_keeps_its_place(grid_widget, so
     assert grid_widget.image_item.rect.isNull()
     grid_widget.show_image(half)
     assert grid_widget.image_item.rect == full
+
+
+def test_a_held_session_grid_is_drawn_in_place_pixel_for_pixel_and_converted_only_when_scaled(grid_widget):
+    # With a session holding its frames, the grid is not converted: drawn one device pixel per pixel, the
+    # conversion happens in the blit; a scaled view converts it once. Pixels as a plain paint of the
+    # converted image either way; the session is told which frame is drawn, and when none is.
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, (16, 24, 24, 3), dtype=np.uint8)  # noise: a pixel off by one shows
+    held: list[object] = []
+    grid_widget.hold_frame = held.append
+    frame = image_frame(images, image_seq=3, image_frame_seq=3)
+    grid_widget.show_image(frame)
+    surface, canvas = grid_widget.image_item, grid_widget.canvas
+    assert held[-1] is frame and surface.in_place is not None and surface._qimage is None  # nothing converted
+    assert surface.image.ctypes.data == frame.grid.ctypes.data
+    settle(grid_widget)  # fitted: the grid is shown larger than its pixels, so converted for the scaled draw
+    assert surface._qimage is not None
+    vw, vh = grid_widget.view_box.width(), grid_widget.view_box.height()
+    for x0, y0 in ((-10.0, -7.0), (-10.5, -7.5), (3.0, 2.0)):
+        grid_widget.view_box.setRange(QtCore.QRectF(x0, y0, vw, vh), padding=0)  # one screen pixel per pixel
+        settle(grid_widget)
+        blits = canvas.blits
+        canvas.repaint()
+        assert canvas.blits == blits + 1, (x0, y0)
+        shown = canvas.grab().toImage().convertToFormat(QtGui.QImage.Format.Format_RGB32)
+        assert qimage_to_array(shown).tolist() == qimage_to_array(_canvas_reference(canvas)).tolist(), (x0, y0)
+    grid_widget.view_box.setRange(QtCore.QRectF(0, 0, vw / 2.5, vh / 2.5), padding=0)  # zoomed in: converted
+    settle(grid_widget)
+    blits = canvas.blits
+    canvas.repaint()
+    assert canvas.blits == blits and surface._qimage is not None
+    shown = canvas.grab().toImage().convertToFormat(QtGui.QImage.Format.Format_RGB32)
+    assert qimage_to_array(shown).tolist() == qimage_to_array(_canvas_reference(canvas)).tolist()
+    # An RGBA grid is converted (premultiplied for blending), held or not; a clear holds nothing.
+    rgba = image_frame(np.concatenate([images, images[..., :1]], axis=3), options=DisplayOptions(show_alpha=True))
+    grid_widget.show_image(rgba)
+    assert surface.in_place is None and surface.qimage is not None and held[-1] is None
+    grid_widget.show_image(frame)
+    assert held[-1] is frame
+    grid_widget.clear_image()
+    assert held[-1] is None and surface.in_place is None and surface.qimage is None
+
+
+def test_without_a_holding_session_a_grid_is_converted_at_once(grid_widget, solid_images):
+    frame = image_frame(solid_images(4, 8, 8))
+    grid_widget.show_image(frame)
+    assert grid_widget.image_item.in_place is None and grid_widget.image_item._qimage is not None
