@@ -1636,9 +1636,17 @@ class MonitorSession:
         got: dict[str, int] = {}
         per = h.image_bytes_per_env
 
+        # The sample is a window of consecutive envs (wrapping past the last): a read per run, not per env.
+        runs: list[tuple[int, int, int]] = []  # (first env, index in the sample, envs)
+        for i, e in enumerate(envs.tolist()):
+            if runs and runs[-1][0] + runs[-1][2] == e:
+                runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+            else:
+                runs.append((e, i, 1))
+
         def copy() -> None:
-            for i, e in enumerate(envs):  # through the fd, never the mapping
-                seg.read_region(h.image_offset + int(e) * per, buf[i])
+            for e, i, count in runs:  # through the fd, never the mapping
+                seg.read_region(h.image_offset + e * per, buf[i : i + count])
             got["image_frame_seq"] = counter("image_frame_seq")
 
         r = seqlock_read(lambda: counter("image_seq"), copy)

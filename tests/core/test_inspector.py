@@ -190,6 +190,18 @@ def test_image_checker_finds_constant_duplicate_frozen_and_lag() -> None:
     assert r5.alarms == ()  # Camera off: images are not expected
 
 
+def test_tiles_with_one_checksum_are_duplicates_only_when_their_bytes_are(monkeypatch) -> None:
+    import lucky_monitor.core.imagecheck as imagecheck
+
+    monkeypatch.setattr(imagecheck.zlib, "crc32", lambda data: 7)  # every tile collides
+    ic = ImageChecker(5, 6 * 5 * 3)
+    t = tiles(5)
+    t[3] = t[1]
+    r = ic.check(0.0, ic.envs(), t, image_seq=2, image_frame_seq=1, frame_seq=1)
+    assert sorted((a.kind, a.env, a.detail) for a in r.alarms) == [("duplicate", 3, "same as env 1")]
+    assert r.flags == {1: ("duplicate",), 3: ("duplicate",)}
+
+
 def test_image_checker_samples_a_bounded_window_that_covers_every_env_twice() -> None:
     ic = ImageChecker(4096, 64 * 64 * 3, sample=64)
     seen: list[int] = []
