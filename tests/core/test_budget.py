@@ -6,6 +6,7 @@ import itertools
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -181,6 +182,21 @@ def test_run_stats_sum_over_attaches_and_count_late_ticks():
     assert out["images_presented"] == 5
     assert out["tick_ms_p50"] == pytest.approx(2.0)
     assert out["cpu_s"] == 1.25 and out["wall_s"] == 12.5 and out["cpu_budget_pct"] == 10.0
+
+
+def test_run_stats_keep_a_bounded_uniform_sample_of_tick_durations(monkeypatch):
+    # A run of days must not keep every tick's duration: past TICK_SAMPLE ticks a uniform sample stands in.
+    monkeypatch.setattr(RunStats, "TICK_SAMPLE", 2000)
+    s = RunStats(0.0, 0.0, 0.0)
+    header, live = object(), None
+    tick = types.SimpleNamespace(t=0.0, generation=1, live=live, header=header)
+    for k in range(50_000):
+        tick.t = k / 60
+        s.add_tick(tick, k / 50_000 / 1e3)  # ticks slower and slower: 0 ... 1 ms over the run
+    assert s.ticks == 50_000 and len(s.tick_ms) == 2000
+    out = s.result(now_wall=1000.0, now_cpu=1.0)
+    # the whole run's durations, not its first ticks' (those alone would give 0.02 and 0.036)
+    assert out["tick_ms_p50"] == pytest.approx(0.5, abs=0.05) and out["tick_ms_p90"] == pytest.approx(0.9, abs=0.05)
 
 
 def test_run_stats_of_no_ticks():
