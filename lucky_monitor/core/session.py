@@ -159,8 +159,7 @@ class ImageFrame:
 
     ``grid`` is the front buffer (read-only view), ``layout`` its geometry
     (``env_at``, ``tile_origin``, ``columns``...); both are valid until the
-    next step that brings a new image, or for as long as a view holds the
-    frame (:meth:`MonitorSession.hold_image`). ``new`` says whether this step copied
+    next step that brings a new image. ``new`` says whether this step copied
     a new batch (else it repeats the last one, e.g. after a geometry change).
     """
 
@@ -451,8 +450,6 @@ class GridDisplay:
         self.tile = (h, w)  # display tile size
         self.front: Tiler | None = None
         self.back: Tiler | None = None
-        self._held: Tiler | None = None  # the buffer a view draws in place: never tiled into (see hold)
-        self._spare: Tiler | None = None  # the third buffer, made when the held one would be tiled into
         self.has_frame = False
         self._plan = Tiler(n, h, w, c, gap=gap, allocate=False)
         self._geometry_key: tuple[int, int | None, bool] | None = None
@@ -497,7 +494,7 @@ class GridDisplay:
 
         ``tile``: the display tile size (``None``: keep the current one), at most the images' size.
         """
-        _, h, w, _ = self.shape
+        n, h, w, c = self.shape
         err = None
         try:
             self._plan.columns = columns
@@ -508,48 +505,18 @@ class GridDisplay:
             self._plan.columns = None
         if tile is not None:
             self.tile = (max(1, min(int(tile[0]), h)), max(1, min(int(tile[1]), w)))
-        alpha = self.front is not None and self.front.shows_alpha
-        self.front = self._buffer_like(alpha)
-        self.back = self._buffer_like(alpha)
-        self._held = self._spare = None  # a held buffer of the old layout is never tiled into again
-        self._layout += 1
-        self.has_frame = False
-        return err
-
-    def _buffer_like(self, alpha: bool) -> Tiler:
-        """A display buffer of the current plan: tile size, columns, gap, and RGBA out if ``alpha``."""
-        n, h, w, c = self.shape
         th, tw = self.tile
         gd = self.gap if (th, tw) == (h, w) else min(1, self.gap)
         cols = self._plan.columns
-        t = Tiler(n, th, tw, c, columns=cols, gap=gd, gap_value=self.gap_value)
+        alpha = self.front is not None and self.front.shows_alpha
+        self.front = Tiler(n, th, tw, c, columns=cols, gap=gd, gap_value=self.gap_value)
+        self.back = Tiler(n, th, tw, c, columns=cols, gap=gd, gap_value=self.gap_value)
+        self._layout += 1
         if alpha:
-            t._plan(cols, 4)
-        return t
-
-    def hold(self, grid: np.ndarray | None) -> None:
-        """A view draws ``grid`` (a front buffer it was handed, or a view of one) in place: never tile into it.
-
-        Until another grid is held (``None``: none) or :meth:`configure` lays
-        out new buffers, new images go to the other two buffers (a third is
-        made the first time the held one would be next). A grid that is no
-        buffer of this display (an older layout's) needs no holding.
-        """
-        base = grid if grid is None or grid.base is None else grid.base
-        self._held = None
-        for t in (self.front, self.back, self._spare):
-            if t is not None and base is not None and t.grid is base:
-                self._held = t
-        if self._held is not None and self._held is self.back:
-            self._swap_spare()
-
-    def _swap_spare(self) -> None:
-        """Put the spare buffer (made now if need be, as the back one is) in the back's place."""
-        back = self.back
-        assert back is not None
-        if self._spare is None:
-            self._spare = self._buffer_like(back.shows_alpha)
-        self.back, self._spare = self._spare, back
+            for t in (self.front, self.back):
+                t._plan(cols, 4)
+        self.has_frame = False
+        return err
 
     def set_aspect(self, aspect: float | None) -> bool:
         """Plan automatic columns for a view ``aspect`` wide per unit of height; whether that changes them.
@@ -823,8 +790,6 @@ class GridDisplay:
     def swap(self) -> None:
         self.front, self.back = self.back, self.front
         self.has_frame = True
-        if self._held is not None and self.back is self._held:  # a view still draws it: the next goes elsewhere
-            self._swap_spare()
 
 
 class _DeferredGrid:
@@ -1252,18 +1217,6 @@ class MonitorSession:
         except LuckyMonitorError:  # the segment shrank: no snapshot
             return None
         return t.grid if r.ok else None
-
-    def hold_image(self, image: ImageFrame | None) -> None:
-        """A view draws ``image.grid`` in place, without a copy of its own: keep that buffer unchanged.
-
-        New images are tiled into other buffers (a third display buffer is
-        made when need be) until another frame is held, ``None`` is, or the
-        grid is laid out anew (the held buffer is then dropped, never written
-        again). A view that copies what it shows needs none of this: every
-        frame's grid stays unchanged until the next step that brings a new image.
-        """
-        if self._grid is not None:
-            self._grid.hold(None if image is None else image.grid)
 
     def want_images(self, wanted: bool) -> None:
         """Copy the image region at the next step only if ``wanted`` (a view presenting at a lower rate).

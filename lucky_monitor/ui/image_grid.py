@@ -220,42 +220,29 @@ class ImageSurface(QtWidgets.QGraphicsObject):
 
     :meth:`set_image` converts the array once into :attr:`qimage` (the raster
     engine's native format, so a paint is a plain blit or scale) and asks
-    for one repaint; nothing is converted while painting. An RGB array its
-    owner keeps unchanged while it is shown (``in_place``: a session's grid it
-    holds for the view) is not converted: :attr:`in_place` wraps it, and a
-    :class:`GridCanvas` that draws it pixel for pixel converts inside the blit
-    (one pass over the pixels, not two); only a scaled view converts it, once.
-    The array is kept as :attr:`image` (not copied) for the views that read it back.
+    for one repaint; nothing is converted while painting. The array is kept
+    as :attr:`image` (not copied) for the views that read it back.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.image: np.ndarray | None = None
-        self._qimage: QtGui.QImage | None = None
-        self._wrapped: QtGui.QImage | None = None  # an in-place image: the array itself, as Qt sees it
+        self.qimage: QtGui.QImage | None = None
         self._rect = QtCore.QRectF()
         #: Called after every change, for a :class:`GridCanvas` that paints this surface instead of the scene.
         self.changed: Callable[[], None] | None = None
 
-    def set_image(self, image: np.ndarray, *, in_place: bool = False) -> None:
-        """Show ``image``; the rectangle defaults to one view unit per pixel until :meth:`set_rect`.
-
-        ``in_place``: the caller keeps ``image`` unchanged until it shows another (or clears): an RGB
-        image is then drawn from the array itself. Otherwise it is converted at once into an image Qt
-        owns, and ``image`` may change after this call.
-        """
+    def set_image(self, image: np.ndarray) -> None:
+        """Show ``image``; the rectangle defaults to one view unit per pixel until :meth:`set_rect`."""
         if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] not in (3, 4):
             raise ImageGridError("image: expected an (h, w, 3|4) uint8 array")
         if not image.flags.c_contiguous:
             image = np.ascontiguousarray(image)
         h, w, c = image.shape
         src_fmt = QtGui.QImage.Format.Format_RGB888 if c == 3 else QtGui.QImage.Format.Format_RGBA8888
+        out_fmt = QtGui.QImage.Format.Format_RGB32 if c == 3 else QtGui.QImage.Format.Format_ARGB32_Premultiplied
         wrapped = QtGui.QImage(image.data, w, h, image.strides[0], src_fmt)
-        if in_place and c == 3:
-            self._wrapped, self._qimage = wrapped, None  # converted only if a scaled view asks for it
-        else:
-            out_fmt = QtGui.QImage.Format.Format_RGB32 if c == 3 else QtGui.QImage.Format.Format_ARGB32_Premultiplied
-            self._wrapped, self._qimage = None, wrapped.convertToFormat(out_fmt)  # `image` may change after this
+        self.qimage = wrapped.convertToFormat(out_fmt)  # a new image Qt owns: `image` may change after this
         self.image = image
         if self._rect.isNull():
             self.set_rect(QtCore.QRectF(0, 0, w, h))
@@ -271,7 +258,7 @@ class ImageSurface(QtWidgets.QGraphicsObject):
     def clear(self) -> None:
         """Show nothing."""
         self.image = None
-        self._qimage = self._wrapped = None
+        self.qimage = None
         self.prepareGeometryChange()
         self._rect = QtCore.QRectF()
         self._changed()
@@ -281,21 +268,6 @@ class ImageSurface(QtWidgets.QGraphicsObject):
             self.changed()  # a GridCanvas paints it (hidden in the scene)
         else:
             self.update()
-
-    @property
-    def qimage(self) -> QtGui.QImage | None:
-        """The image in the raster engine's format (``RGB32``, ``ARGB32_Premultiplied`` with alpha).
-
-        An in-place image is converted at the first ask and kept (until the next image).
-        """
-        if self._qimage is None and self._wrapped is not None:
-            self._qimage = self._wrapped.convertToFormat(QtGui.QImage.Format.Format_RGB32)
-        return self._qimage
-
-    @property
-    def in_place(self) -> QtGui.QImage | None:
-        """The in-place RGB image (``RGB888`` over :attr:`image` itself), or ``None``: see :meth:`set_image`."""
-        return self._wrapped
 
     @property
     def rect(self) -> QtCore.QRectF:
@@ -378,27 +350,13 @@ class _Placed:
     inner: QtCore.QRect
     #: device pixels the image touches
     outer: QtCore.QRect
-    #: the rectangle the image covers, in device pixels (unrounded; empty where rotated or sheared)
-    mapped: QtCore.QRectF
 
     @classmethod
     def of(cls, transform: QtGui.QTransform, rect: QtCore.QRectF) -> _Placed:
         mapped = transform.mapRect(rect)
         axis_aligned = transform.isAffine() and not transform.isRotating()
         inner = _inner_rect(mapped) if axis_aligned else QtCore.QRect()
-        exact = mapped if axis_aligned else QtCore.QRectF()
-        return cls(QtGui.QTransform(transform), QtCore.QRectF(rect), inner, mapped.toAlignedRect(), exact)
-
-    def pixel_for_pixel(self, width: int, height: int) -> QtCore.QPointF | None:
-        """Where an image of ``width`` x ``height`` pixels lands one device pixel per pixel, or ``None``.
-
-        Within a thousandth of a pixel over the whole image: a scaled draw of
-        it would sample the same source pixel for every device pixel.
-        """
-        m = self.mapped
-        if m.isEmpty() or abs(m.width() - width) > 1e-3 or abs(m.height() - height) > 1e-3:
-            return None
-        return m.topLeft()
+        return cls(QtGui.QTransform(transform), QtCore.QRectF(rect), inner, mapped.toAlignedRect())
 
 
 class GridCanvas(QtWidgets.QWidget):
@@ -454,10 +412,9 @@ class GridCanvas(QtWidgets.QWidget):
         self._overlay_bands: list[tuple[QtCore.QRectF, QtCore.QRect]] = []
         # Where the last paint put the image: a new image repaints that place alone.
         self._placed: _Placed | None = None
-        #: overlay renders, paints, and paints that drew an in-place image pixel for pixel so far (tests)
+        #: overlay renders and paints so far (diagnostics and tests)
         self.overlay_renders = 0
         self.paints = 0
-        self.blits = 0
         self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent, True)
         self.setAttribute(Qt.WidgetAttribute.WA_NoSystemBackground, True)
         self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
@@ -478,7 +435,7 @@ class GridCanvas(QtWidgets.QWidget):
         asks for a whole repaint as well.
         """
         placed = self._placed
-        if placed is not None and self._surface.image is not None and placed.rect == self._surface.rect:
+        if placed is not None and self._surface.qimage is not None and placed.rect == self._surface.rect:
             self.update(placed.outer)
         else:
             self.update()
@@ -502,10 +459,10 @@ class GridCanvas(QtWidgets.QWidget):
             self._render_overlay(vt)
             self._overlay_key = key
         s = self._surface
-        rect = s.rect
+        image, rect = s.qimage, s.rect
         area = event.rect()
         painter = QtGui.QPainter(self)
-        if s.image is None or rect.isEmpty():
+        if image is None or rect.isEmpty():
             self._placed = None
             painter.fillRect(area, self._view.backgroundBrush())
         else:
@@ -515,11 +472,6 @@ class GridCanvas(QtWidgets.QWidget):
                 placed = self._placed = _Placed.of(transform, rect)
                 if area != self.rect():
                     self.update()  # the image moved since the last paint: this one covers its new place only
-            image = s.in_place
-            at = None if image is None else placed.pixel_for_pixel(image.width(), image.height())
-            if at is None:
-                image = s.qimage
-            assert image is not None
             opaque = not image.hasAlphaChannel()
             if not (opaque and placed.inner.contains(area)):
                 background = QtGui.QRegion(area)
@@ -527,13 +479,8 @@ class GridCanvas(QtWidgets.QWidget):
                     background -= placed.inner  # opaque pixels need no fill beneath them
                 for part in background:  # type: ignore[attr-defined]  # a QRegion iterates its rectangles
                     painter.fillRect(part, self._view.backgroundBrush())
-            if at is not None:  # pixel for pixel, from the array itself: the conversion happens in the blit
-                self.blits += 1
-                painter.setTransform(QtGui.QTransform.fromTranslate(at.x(), at.y()))
-                painter.drawImage(0, 0, image)
-            else:
-                painter.setTransform(transform)
-                painter.drawImage(rect, image)
+            painter.setTransform(transform)
+            painter.drawImage(rect, image)
             painter.resetTransform()
         if self._overlay_drawn and self._overlay is not None:
             for target, source in self._overlay_bands:  # blend only the bands the overlay drew in
@@ -767,10 +714,6 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._needs_fit = False
         self._single: SingleEnvView | None = None
         self._frame: ImageFrame | None = None  # set by show_image (a session's grid)
-        #: Set by a window whose session holds frames for it (``MonitorSession.hold_image``): a session's
-        #: grid is then drawn in place (no copy), and this is called with each frame so drawn (``None``
-        #: when the grid shows none). Unset, a session's grid is converted into an image of the widget's own.
-        self.hold_frame: Callable[[ImageFrame | None], None] | None = None
         self._geometry: tuple[int, ...] | None = None
         self._layout_key = LayoutKey()
         self._display_rect: tuple[float, ...] | None = None  # where the session's grid was last placed
@@ -886,13 +829,11 @@ class ImageGridWidget(QtWidgets.QWidget):
         )
 
     def show_image(self, image: ImageFrame, torn: int = 0) -> None:
-        """Show a session's grid (one ``setImage``) and its counters.
+        """Show a session's grid (one ``setImage``; no copy) and its counters.
 
         The grid and its layout belong to the session and stay valid until
-        its next step that brings a new image: the widget converts the grid
-        into an image of its own, or, with :attr:`hold_frame` set, draws it in
-        place while the session holds it. A change of geometry (envs, image
-        size, columns, alpha) re-fits the view.
+        its next step that brings a new image; the widget keeps no copy.
+        A change of geometry (envs, image size, columns, alpha) re-fits the view.
         """
         t = image.layout
         key = self._layout_key(t)
@@ -938,8 +879,6 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._back = None
         self._has_frame = False
         self.image_item.clear()
-        if self.hold_frame is not None:
-            self.hold_frame(None)
         self.labels.set_tiler(None)
         self.badges.set_tiler(None)
         self.highlight.setVisible(False)
@@ -1037,10 +976,7 @@ class ImageGridWidget(QtWidgets.QWidget):
             return
         frame = self._frame
         grid = frame.grid if frame is not None else t.grid  # type: ignore[union-attr]
-        hold = self.hold_frame
-        self.image_item.set_image(grid, in_place=frame is not None and hold is not None)
-        if hold is not None:  # the session keeps a buffer drawn in place as it is (an RGBA grid is converted)
-            hold(frame if self.image_item.in_place is not None else None)
+        self.image_item.set_image(grid)
         if frame is None:
             self.image_item.set_rect(QtCore.QRectF(0, 0, grid.shape[1], grid.shape[0]))
             self._display_rect = None  # placed here, not by show_image

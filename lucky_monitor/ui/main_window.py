@@ -206,7 +206,6 @@ class MainWindow(QtWidgets.QMainWindow):
         self.grid.view_changed.connect(self.session.set_view)
         self.grid.pixel_reader = self.session.read_pixel
         self.grid.snapshot_source = self.session.snapshot
-        self.grid.hold_frame = self.session.hold_image  # the grid is drawn from the session's buffer itself
         split = QtWidgets.QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.grid)
         split.addWidget(self.plots)
