@@ -366,7 +366,7 @@ class History:
 
     # --------------------------------------------------------------- writing
     def _check_vector(self, name: str, value: Any) -> np.ndarray:
-        arr = np.asarray(value)
+        arr = value if type(value) is np.ndarray else np.asarray(value)
         if arr.shape != (self._n,):
             raise HistoryError(f"{name} must have shape ({self._n},), got {arr.shape}")
         if arr.dtype.kind not in _NUMERIC_KINDS:
@@ -402,19 +402,22 @@ class History:
             On a wrong shape or dtype, a ``frame_seq`` that does not increase or
             a ``t`` that goes back. Nothing is recorded then.
         """
-        if isinstance(frame_seq, bool):
+        if type(frame_seq) is int:  # the session's case (60 times a second): no further look at the type
+            seq = frame_seq
+        elif isinstance(frame_seq, bool):
             raise HistoryError(f"frame_seq must be an integer, got {frame_seq!r}")
-        try:
-            seq = operator.index(frame_seq)
-        except TypeError:
-            raise HistoryError(f"frame_seq must be an integer, got {type(frame_seq).__name__}") from None
+        else:
+            try:
+                seq = operator.index(frame_seq)
+            except TypeError:
+                raise HistoryError(f"frame_seq must be an integer, got {type(frame_seq).__name__}") from None
         if seq < 0 or seq >= 1 << 63:
             raise HistoryError(f"frame_seq out of range: {seq}")
         if self._last_seq is not None and seq <= self._last_seq:
             raise HistoryError(
                 f"frame_seq {seq} does not follow {self._last_seq}; clear() the history for a new session"
             )
-        if not isinstance(t, numbers.Real) or isinstance(t, bool):
+        if type(t) is not float and (not isinstance(t, numbers.Real) or isinstance(t, bool)):
             raise HistoryError(f"t must be a real number, got {type(t).__name__}")
         when = float(t)
         if not math.isfinite(when) or when < self._last_t:
