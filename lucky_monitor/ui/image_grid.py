@@ -302,8 +302,9 @@ class LayoutKey:
         return self._key
 
 
-#: Height in device pixels of the bands the overlay is blended in (only bands it drew in are blended).
-OVERLAY_BAND = 16
+#: Runs of drawn overlay rows closer than this many rows are blended as one band (one ``drawImage`` less
+#: costs about what blending a few such rows of transparent pixels does).
+OVERLAY_MERGE_ROWS = 4
 
 
 def _inner_rect(r: QtCore.QRectF) -> QtCore.QRect:
@@ -316,24 +317,23 @@ def _inner_rect(r: QtCore.QRectF) -> QtCore.QRect:
 def _drawn_bands(pixels: np.ndarray, ratio: float = 1.0) -> list[tuple[QtCore.QRectF, QtCore.QRect]]:
     """Where ``pixels`` (``(h, w)`` ARGB, device pixels) holds drawn pixels: ``(target, source)`` rectangles.
 
-    One rectangle per run of :data:`OVERLAY_BAND`-row bands that hold a
-    drawn pixel, from the band's leftmost to its rightmost drawn column:
-    labels along a row of tiles make one rectangle. ``source`` is in device
-    pixels, ``target`` in logical units (device pixels over ``ratio``).
+    One rectangle per run of rows that hold a drawn pixel (runs fewer than
+    :data:`OVERLAY_MERGE_ROWS` rows apart make one), from the run's leftmost
+    to its rightmost drawn column: labels along a row of tiles make one
+    rectangle, as high as the labels. ``source`` is in device pixels,
+    ``target`` in logical units (device pixels over ``ratio``).
     """
-    h = pixels.shape[0]
-    b = OVERLAY_BAND
-    nb = -(-h // b)
-    rows = np.zeros(nb * b, bool)
-    cols = pixels != 0
-    rows[:h] = cols.any(axis=1)
-    bands = rows.reshape(nb, b).any(axis=1)
+    drawn_px = pixels != 0
+    rows = np.flatnonzero(drawn_px.any(axis=1))
     out: list[tuple[QtCore.QRectF, QtCore.QRect]] = []
-    padded = np.concatenate(([False], bands, [False]))
-    edges = np.flatnonzero(padded[1:] != padded[:-1])
-    for b0, b1 in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
-        y0, y1 = b0 * b, min(h, b1 * b)
-        drawn = np.flatnonzero(cols[y0:y1].any(axis=0))
+    if not rows.size:
+        return out
+    breaks = np.flatnonzero(np.diff(rows) > OVERLAY_MERGE_ROWS)
+    starts = [int(rows[0]), *rows[breaks + 1].tolist()]
+    ends = [*rows[breaks].tolist(), int(rows[-1])]
+    for y0, y_last in zip(starts, ends, strict=True):
+        y1 = y_last + 1
+        drawn = np.flatnonzero(drawn_px[y0:y1].any(axis=0))
         source = QtCore.QRect(int(drawn[0]), y0, int(drawn[-1]) + 1 - int(drawn[0]), y1 - y0)
         target = QtCore.QRectF(source.x() / ratio, y0 / ratio, source.width() / ratio, (y1 - y0) / ratio)
         out.append((target, source))

@@ -755,6 +755,31 @@ def test_the_canvas_fills_and_blends_only_where_needed_with_the_pixels_of_a_plai
         assert qimage_to_array(shown).tolist() == qimage_to_array(_canvas_reference(canvas)).tolist(), view
 
 
+def test_the_overlay_bands_are_as_high_as_the_rows_drawn_in():
+    # Blending cost follows the pixels blended: a band spans the rows holding drawn pixels (runs a few rows
+    # apart merge into one), from the leftmost to the rightmost drawn column, in device pixels and logical units.
+    from lucky_monitor.ui.image_grid import OVERLAY_MERGE_ROWS, _drawn_bands
+
+    px = np.zeros((200, 300), np.uint32)
+    px[50:65, 10:30] = 0xA0000000  # a label
+    px[52:60, 100:120] = 0xFFFFFFFF  # another in the same row of tiles
+    px[65 + OVERLAY_MERGE_ROWS - 1, 5] = 1  # just close enough to join the first run
+    px[120:121, 40:41] = 1  # alone, far below
+    bands = _drawn_bands(px, ratio=2.0)
+    sources = [s.getRect() for _, s in bands]
+    first_end = 65 + OVERLAY_MERGE_ROWS
+    assert sources == [(5, 50, 115, first_end - 50), (40, 120, 1, 1)]
+    assert [t.getRect() for t, _ in bands] == [(2.5, 25.0, 57.5, (first_end - 50) / 2), (20.0, 60.0, 0.5, 0.5)]
+    px[65 + OVERLAY_MERGE_ROWS - 1, 5] = 0
+    px[65 + OVERLAY_MERGE_ROWS, 5] = 1  # one row further: a band of its own
+    assert [s.getRect() for _, s in _drawn_bands(px)] == [
+        (10, 50, 110, 15),
+        (5, 65 + OVERLAY_MERGE_ROWS, 1, 1),
+        (40, 120, 1, 1),
+    ]
+    assert _drawn_bands(np.zeros((10, 10), np.uint32)) == []
+
+
 def _canvas_on_screen(canvas) -> np.ndarray:
     """The canvas's pixels as the window holds them (its backing store, through the screen), not repainted."""
     window = canvas.window()
