@@ -22,7 +22,8 @@ How it decides:
   of it) is over;
   it steps up one rung when that rung should fit: by what it cost when last
   measured (within ``memory_s``), or, between image rates, by what an image
-  a second cost between two measured rungs; with nothing to go by, below
+  a second cost between two measured rungs (a rung's images a second at the
+  camera's rate, :meth:`Rates.image_rate`); with nothing to go by, below
   ``low × budget``. Otherwise nothing changes (hysteresis);
 * a step up that has to be undone within ``backoff_window_s`` (the rung above
   was too costly after all) doubles the time it waits before it tries that
@@ -47,9 +48,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from .pacing import share_shows
 from .session import Tick
 
-__all__ = ["LADDER", "POLL_HZ", "CpuBudget", "Rates", "RunStats", "lower_priority", "machine_idle_s"]
+__all__ = ["LADDER", "POLL_HZ", "CpuBudget", "Rates", "RunStats", "lower_priority", "machine_idle_s", "share_shows"]
 
 
 def lower_priority(nice: int) -> int | None:
@@ -90,23 +92,50 @@ POLL_HZ = 60.0
 
 @dataclass(frozen=True, slots=True)
 class Rates:
-    """Refresh rates in force, in Hz: image grid presentation, plots, QML panels' live values."""
+    """Refresh rates in force: image grid presentation, plots, QML panels' live values (Hz).
+
+    ``images_share`` is the share of new images presented (evenly spread:
+    19 of each 20 at 0.95), whatever the camera's rate; ``images_hz`` caps
+    the image rate (at or above :data:`POLL_HZ`: no cap). The status text
+    names the share only where nothing caps it.
+    """
 
     images_hz: float
     plots_hz: float
     panel_hz: float
+    images_share: float = 1.0
+
+    @property
+    def every_image(self) -> bool:
+        """Whether every new image is presented."""
+        return self.images_share >= 1.0 and self.images_hz >= POLL_HZ
+
+    def image_rate(self, published_hz: float | None) -> float:
+        """Images presented a second where ``published_hz`` are published (``None``: unknown).
+
+        At most the poll rate: a camera faster than the poll is seen at the poll's rate.
+        """
+        seen = POLL_HZ if published_hz is None else min(POLL_HZ, max(0.0, published_hz))
+        return min(self.images_share * seen, self.images_hz)
 
     def text(self) -> str:
-        """``images 30 Hz · plots 5 Hz · panel 10 Hz``."""
-        return f"images {self.images_hz:g} Hz · plots {self.plots_hz:g} Hz · panel {self.panel_hz:g} Hz"
+        """``images 30 Hz · plots 5 Hz · panel 10 Hz``; a share of the images uncapped: ``images 95 %``."""
+        if self.images_hz >= POLL_HZ and self.images_share < 1.0:
+            images = f"images {self.images_share * 100:g} %"
+        else:
+            images = f"images {self.images_hz:g} Hz"
+        return f"{images} · plots {self.plots_hz:g} Hz · panel {self.panel_hz:g} Hz"
 
 
 #: Rungs from the full rates to the floor (images ≥ 1 Hz, plots and panels ≥ 0.25 Hz). Every
 #: image is shown as long as plots and panels can give way: they are cut to a refresh every
 #: two seconds before the first image is skipped (the panels' rate also paces the traffic
-#: table, whose repaint of a dock-high table is 5-7 ms). Then the image rate steps down in
-#: small steps near a camera's usual rates (45, 40, 30, 25 Hz ...), so the window settles on
-#: the highest rate that fits rather than halving it. The last two rungs are for a window that
+#: table, whose repaint of a dock-high table is 5-7 ms). Then one image in 20 is skipped, then
+#: one in 10, whatever the camera's rate (a cap in Hz above it would skip none, and one below
+#: it would skip a share that depends on it: 45 Hz is one in 4 of a 60 Hz camera's images); the
+#: image rate then steps down in small steps near a camera's usual rates (45, 40, 30, 25 Hz ...),
+#: keeping the one-in-10 share, so the window settles on the highest rate that fits rather than
+#: halving it, and no rung shows more images than the one above. The last two rungs are for a window that
 #: is still over its budget at images 2 Hz, plots and panels 0.5 Hz: beside an engine and a
 #: trainer that keep every core busy (where the budget is halved), painting plots and panels
 #: every 4 s and an image a second cost a trainer stepping 256 envs 1.6 points fewer of its
@@ -120,17 +149,19 @@ LADDER: tuple[Rates, ...] = (
     Rates(60, 1, 2),
     Rates(60, 0.5, 1),
     Rates(60, 0.5, 0.5),
-    Rates(45, 0.5, 0.5),
-    Rates(40, 0.5, 0.5),
-    Rates(30, 0.5, 0.5),
-    Rates(25, 0.5, 0.5),
-    Rates(20, 0.5, 0.5),
-    Rates(15, 0.5, 0.5),
-    Rates(10, 0.5, 0.5),
-    Rates(5, 0.5, 0.5),
-    Rates(2, 0.5, 0.5),
-    Rates(2, 0.25, 0.25),
-    Rates(1, 0.25, 0.25),
+    Rates(60, 0.5, 0.5, 0.95),
+    Rates(60, 0.5, 0.5, 0.9),
+    Rates(45, 0.5, 0.5, 0.9),
+    Rates(40, 0.5, 0.5, 0.9),
+    Rates(30, 0.5, 0.5, 0.9),
+    Rates(25, 0.5, 0.5, 0.9),
+    Rates(20, 0.5, 0.5, 0.9),
+    Rates(15, 0.5, 0.5, 0.9),
+    Rates(10, 0.5, 0.5, 0.9),
+    Rates(5, 0.5, 0.5, 0.9),
+    Rates(2, 0.5, 0.5, 0.9),
+    Rates(2, 0.25, 0.25, 0.9),
+    Rates(1, 0.25, 0.25, 0.9),
 )
 
 
@@ -213,6 +244,7 @@ class CpuBudget:
         self._readings: deque[tuple[float, float]] = deque()
         self._idle: deque[tuple[float, float]] = deque()  # (monotonic time, machine idle CPU seconds)
         self.machine_busy = False  # the machine had no idle core to spare at the last readings
+        self.images_per_s: float | None = None  # images published a second, as last told
         self._changed_at: float | None = None
         self._last_up_at: float | None = None
         self._hold = hold_up_s
@@ -234,8 +266,11 @@ class CpuBudget:
     def at_floor(self) -> bool:
         return self.level == len(self.ladder) - 1
 
-    def update(self, now: float, cpu_s: float, idle_s: float | None = None) -> bool:
+    def update(self, now: float, cpu_s: float, idle_s: float | None = None, images_per_s: float | None = None) -> bool:
         """Take one reading (``now``: a monotonic clock; ``cpu_s``: process CPU seconds).
+
+        ``images_per_s``: the images published a second (``None``: unknown),
+        which says how many images a second each rung presents.
 
         ``idle_s``: the machine's idle CPU seconds so far, all cores (see
         :func:`machine_idle_s`; ``None``: unknown). While the machine has
@@ -249,6 +284,8 @@ class CpuBudget:
         bool
             Whether the rates changed.
         """
+        if images_per_s is not None:
+            self.images_per_s = images_per_s
         r = self._readings
         r.append((now, cpu_s))
         if idle_s is not None:
@@ -320,17 +357,22 @@ class CpuBudget:
         if above in recent:
             return recent[above] <= self.fit * budget
         here, up = self.ladder[self.level], self.ladder[above]
+
+        # Image rates as presented at the camera's rate: rungs that cap above it present the same images.
+        def rate(lv: int) -> float:
+            return self.ladder[lv].image_rate(self.images_per_s)
+
         same_rest = [
             lv
             for lv in recent
             if (self.ladder[lv].plots_hz, self.ladder[lv].panel_hz) == (here.plots_hz, here.panel_hz)
-            and self.ladder[lv].images_hz != here.images_hz
+            and rate(lv) != rate(self.level)
         ]
         if (up.plots_hz, up.panel_hz) == (here.plots_hz, here.panel_hz) and same_rest:
             other = min(same_rest, key=lambda lv: abs(lv - self.level))  # the nearest measured rung
-            per_hz = (recent[other] - usage) / (self.ladder[other].images_hz - here.images_hz)
+            per_hz = (recent[other] - usage) / (rate(other) - rate(self.level))
             if per_hz > 0:
-                return usage + per_hz * (up.images_hz - here.images_hz) <= self.fit * budget
+                return usage + per_hz * (rate(above) - rate(self.level)) <= self.fit * budget
         old = self._measured.get(above)
         if old is not None and old[0] <= self.retry * budget:
             # Measured over memory_s ago and not far over: that reading must not rule the rung out for

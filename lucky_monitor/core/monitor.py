@@ -35,7 +35,7 @@ from ..protocol.header import Header
 from ..protocol.seqlock import hot_read, seqlock_read
 from ..transport.discovery import newest_live, pid_alive
 from ..transport.shm import Live, ReadPlan, Segment
-from .pacing import Yielder
+from .pacing import Yielder, share_shows
 
 
 class LinkState(enum.Enum):
@@ -272,6 +272,7 @@ class MonitorCore:
         self.reattached = 0  # segments recreated under the followed name and re-attached
         self.live: Live | None = None  # the live fields read by the last poll (None when none was read)
         self.copy_images = True  # False: follow image_seq for rates but copy no pixels
+        self.image_share = 1.0  # the share of images copied (image k when pacing.share_shows(k, share))
         self.copy_obs = False  # True: the guarded hot copy takes the observations too (the inspector's)
         self.yielder: Yielder | None = None  # offers the core between the poll's copies (see pacing.Yielder)
         self.on_attach: Callable[[Header], None] | None = None  # called before the first copy of an attach
@@ -549,7 +550,13 @@ class MonitorCore:
                 self.counters.torn_images += got.torn
                 if got.ok:
                     out = self._image_copied(out, att, now, got.seq, got.frame_seq)
-        want_images = self.copy_images and (image_seq != att.last_image_seq or self._force_images)
+        want_images = self.copy_images and (
+            self._force_images
+            or (
+                image_seq != att.last_image_seq
+                and (self.image_share >= 1.0 or share_shows(image_seq // 2, self.image_share))
+            )
+        )  # an image left out of the share stays left out: a later poll does not copy it either
         if seg.images is not None and want_images and (deferred is None or not deferred.request(seg)):
             sink = self.image_sink or self._copy_images
             image_frame = [0]

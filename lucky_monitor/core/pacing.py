@@ -26,10 +26,23 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 
-__all__ = ["DEFAULT_YIELD_US", "Yielder", "no_offer", "paced", "sched_yield"]
+__all__ = ["DEFAULT_YIELD_US", "Yielder", "no_offer", "paced", "sched_yield", "share_shows"]
 
 #: Work between two offers of the core, in microseconds, unless told otherwise (``--yield-us``).
 DEFAULT_YIELD_US = 100.0
+
+
+def share_shows(index: int, share: float) -> bool:
+    """Whether the image of number ``index`` (``image_seq // 2``) is among the ``share`` presented.
+
+    Evenly spread and stateless: image ``k`` is shown when ``⌊k·share⌋``
+    (in thousandths, exact) moved from image ``k - 1``'s, so any run of
+    images shows ``share`` of them to within one.
+    """
+    if share >= 1.0:
+        return True
+    milli = round(share * 1000)
+    return index * milli // 1000 != (index - 1) * milli // 1000
 
 
 def sched_yield() -> None:

@@ -1218,13 +1218,17 @@ class MonitorSession:
             return None
         return t.grid if r.ok else None
 
-    def want_images(self, wanted: bool) -> None:
+    def want_images(self, wanted: bool, share: float = 1.0) -> None:
         """Copy the image region at the next step only if ``wanted`` (a view presenting at a lower rate).
 
         The newest images are copied at the first step that wants them;
-        ``image_seq`` and the image rate are followed either way.
+        ``image_seq`` and the image rate are followed either way. ``share``
+        (0 < share ≤ 1): copy only that share of the images, evenly spread
+        (image ``k``, ``image_seq // 2``, when :func:`.pacing.share_shows`
+        says so); an image left out is never copied at a later step.
         """
         self._link.copy_images = self._want_images and not self._paused and bool(wanted)
+        self._link.image_share = min(1.0, float(share)) if share > 0 else 1.0
 
     def want_statistics(self, wanted: bool) -> None:
         """Refresh the inspector's per-dim statistics at ``inspect_hz`` only if ``wanted`` (a view shows them).

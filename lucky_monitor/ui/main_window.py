@@ -463,7 +463,8 @@ class MainWindow(QtWidgets.QMainWindow):
     def tick(self) -> None:
         t0 = time.perf_counter()
         # Images are copied only when the grid will show them: the budget thins the copy with the paint.
-        self.session.want_images(time.monotonic() + DUE_SLACK_S >= self._next_image)
+        # A share rung copies (and so shows) only that share of the images, the session picks which.
+        self.session.want_images(time.monotonic() + DUE_SLACK_S >= self._next_image, self.budget.rates.images_share)
         tick = self.session.step()  # every tick: the data path (hot arrays, history, traffic) is never thinned
         offer = self.session.yielder  # the core, offered at the seams of the tick's work (pacing.Yielder)
         offer()
@@ -527,7 +528,9 @@ class MainWindow(QtWidgets.QMainWindow):
         With a core idle the kernel runs the window there and an offer is a system call for no one (and
         the image tiling in bands, an overhead of its own: 0.3 ms an image at the demo setting).
         """
-        changed = self.budget.update(time.monotonic(), self._cpu_s(), machine_idle_s())
+        tick = self.last_tick
+        images_per_s = tick.rates.images_per_s if tick is not None else None
+        changed = self.budget.update(time.monotonic(), self._cpu_s(), machine_idle_s(), images_per_s)
         self.session.yielder.contended = self.budget.machine_busy
         return changed
 

@@ -17,16 +17,17 @@ from tests.ui.ticks import attached_tick, live_fields, small_header, tick
 DT = 1 / 60
 
 
-def run(budget: CpuBudget, cost_pct, seconds: float, t0: float = 0.0, cpu0: float = 0.0):
+def run(budget: CpuBudget, cost_pct, seconds: float, t0: float = 0.0, cpu0: float = 0.0, images_per_s=None):
     """Feed ``budget`` a 60 Hz clock and a process whose CPU use is ``cost_pct(level, t)`` % of a core.
 
-    Returns the levels seen at every reading, the final time and CPU seconds.
+    ``images_per_s``: the camera's rate the budget is told. Returns the levels seen at every reading, the
+    final time and CPU seconds.
     """
     t, cpu, levels = t0, cpu0, []
     for _ in range(round(seconds / DT)):
         t += DT
         cpu += cost_pct(budget.level, t) / 100.0 * DT
-        budget.update(t, cpu)
+        budget.update(t, cpu, images_per_s=images_per_s)
         levels.append(budget.level)
     return levels, t, cpu
 
@@ -39,9 +40,35 @@ def test_the_ladder_goes_from_full_rates_to_the_floor():
     assert LADDER[0] == Rates(60, 10, 10)
     floor = LADDER[-1]
     assert (floor.images_hz, floor.plots_hz, floor.panel_hz) == (1, 0.25, 0.25)
-    for hi, lo in itertools.pairwise(LADDER):  # each rung paints no more of anything
+    for hi, lo in itertools.pairwise(LADDER):  # each rung paints no more of anything, at any camera rate
         assert lo.images_hz <= hi.images_hz and lo.plots_hz <= hi.plots_hz and lo.panel_hz <= hi.panel_hz
+        assert lo.images_share <= hi.images_share
+        assert all(lo.image_rate(hz) <= hi.image_rate(hz) for hz in (1, 5, 10, 24, 30, 50, 60, 120, None))
         assert lo != hi
+    # The first images skipped are a share of them, one in 20 then one in 10, at any camera rate.
+    first = next(i for i, r in enumerate(LADDER) if not r.every_image)
+    assert LADDER[first - 1].every_image and LADDER[first].images_share == 0.95
+    assert LADDER[first + 1].images_share == 0.9
+    for hz in (24, 30, 50, 60):
+        assert LADDER[first].image_rate(hz) == pytest.approx(0.95 * hz)
+    assert LADDER[first].image_rate(120) == pytest.approx(0.95 * 60)  # the poll sees 60 a second at most
+
+
+def test_a_share_of_images_is_spread_evenly_and_exactly():
+    from lucky_monitor.core.budget import share_shows
+
+    for share, shown_of_20 in ((1.0, 20), (0.95, 19), (0.9, 18)):
+        for start in (0, 1, 7, 12_345_678):
+            shown = [k for k in range(start, start + 20) if share_shows(k, share)]
+            assert len(shown) == shown_of_20
+            assert max(b - a for a, b in itertools.pairwise(shown)) <= 2  # never two skipped in a row
+    assert sum(share_shows(k, 0.95) for k in range(1000)) == 950
+
+
+def test_rates_text_says_the_share_and_the_cap():
+    assert Rates(60, 0.5, 0.5, 0.95).text() == "images 95 % · plots 0.5 Hz · panel 0.5 Hz"
+    assert Rates(45, 0.5, 0.5, 0.9).text() == "images 45 Hz · plots 0.5 Hz · panel 0.5 Hz"  # a cap
+    assert Rates(30, 1, 2).text() == "images 30 Hz · plots 1 Hz · panel 2 Hz"
 
 
 def test_no_budget_keeps_the_full_rates_and_still_measures():
@@ -98,22 +125,22 @@ def test_a_rung_between_too_costly_and_very_cheap_does_not_oscillate():
 def test_settles_on_the_highest_image_rate_that_fits_not_one_that_leaves_the_budget_unused():
     # The window's cost once plots and panels are at their lowest: a floor (the 60 Hz poll) plus a
     # copy and a paint per image. 6.5 % + 0.19 % per image a second: 15 Hz costs 9.35 %, 20 Hz 10.3 %.
-    first_images = next(i for i, r in enumerate(LADDER) if r.images_hz < 60)
+    first_images = next(i for i, r in enumerate(LADDER) if not r.every_image)
 
     def cost(level: int, t: float) -> float:
         r = LADDER[level]
         spike = 12.0 if 20 <= t < 24 else 0.0  # something else ran for a while (a resize, a dialog)
-        return 6.5 + 0.19 * min(r.images_hz, 50) + (20.0 if level < first_images - 1 else 0.0) + spike
+        return 6.5 + 0.19 * r.image_rate(50) + (20.0 if level < first_images - 1 else 0.0) + spike
 
     b = CpuBudget(10)
-    levels, t, cpu = run(b, cost, 20)
+    levels, t, cpu = run(b, cost, 20, images_per_s=50)
     assert LADDER[b.level].images_hz == 15  # 9.35 % fits; 20 Hz (10.3 %) does not
-    levels, t, cpu = run(b, cost, 6, t, cpu)
+    levels, t, cpu = run(b, cost, 6, t, cpu, images_per_s=50)
     assert LADDER[b.level].images_hz <= 5  # the spike pushed it down the ladder
     # Back from there: 5 Hz costs 7.45 %, above the 70 % of the budget a step up used to need, so it
     # stayed there. Now the rungs measured say what an image a second costs, and it climbs back to
     # 15 Hz once the spike's readings (remembered for memory_s) have expired.
-    levels, _, _ = run(b, cost, 90, t, cpu)
+    levels, _, _ = run(b, cost, 90, t, cpu, images_per_s=50)
     tail = [LADDER[lv].images_hz for lv in levels[-round(45 / DT) :]]
     assert set(tail) <= {15, 20} and tail.count(15) > 0.9 * len(tail)  # 20 Hz only as a brief try
 
@@ -283,15 +310,15 @@ def test_noisy_readings_of_a_rung_that_fits_do_not_walk_it_down_the_ladder():
         r = LADDER[b.level]
         # plots or panels above their lowest rates: +20 %; the panels at 1 Hz rather than 0.5 Hz: +0.25 %
         busy = r.plots_hz > 0.5 or r.panel_hz > 1
-        cost = 5.0 + 0.09 * min(r.images_hz, 50) + (20.0 if busy else 0.5 * (r.panel_hz - 0.5)) + noise
+        cost = 5.0 + 0.09 * r.image_rate(50) + (20.0 if busy else 0.5 * (r.panel_hz - 0.5)) + noise
         cpu += cost / 100.0 * DT
         if i % 15 == 0:  # the window reads its clocks at 4 Hz
-            b.update(t, cpu)
+            b.update(t, cpu, images_per_s=50)
         if t > 60:
-            rates.append(b.rates.images_hz)
+            rates.append(b.rates.image_rate(50))
     assert min(rates) >= 45
-    assert sum(r == 60 for r in rates) > 0.75 * len(rates)  # a step down on a noisy mean is tried again ...
-    assert rates[-1] == 60  # ... once the rung's reading is memory_s old
+    assert sum(r == 50 for r in rates) > 0.75 * len(rates)  # a step down on a noisy mean is tried again ...
+    assert rates[-1] == 50  # ... once the rung's reading is memory_s old
 
 
 def test_a_busy_start_does_not_hold_the_window_at_a_low_rung():
@@ -301,19 +328,19 @@ def test_a_busy_start_does_not_hold_the_window_at_a_low_rung():
     memory_s old they are tried again, so the window climbs back to the rate that fits (here every
     image, 9 %) instead of staying where the rush left it.
     """
-    first_images = next(i for i, r in enumerate(LADDER) if r.images_hz < 60)
+    first_images = next(i for i, r in enumerate(LADDER) if not r.every_image)
 
     def cost(level: int, t: float) -> float:
         rush = 4.0 if t < 10 else 0.0  # what the rush costs on top, whatever the rates
-        return 7.5 + 0.03 * min(LADDER[level].images_hz, 50) + (20.0 if level < first_images - 1 else 0.0) + rush
+        return 7.5 + 0.03 * LADDER[level].image_rate(50) + (20.0 if level < first_images - 1 else 0.0) + rush
 
     b = CpuBudget(10)
-    _, t, cpu = run(b, cost, 12)
+    _, t, cpu = run(b, cost, 12, images_per_s=50)
     assert b.at_floor  # the rush pushed it to the floor: 11.6 % even there
     # After it the floor costs 7.6 %, over the 70 % a step up with nothing to go by needs, and the rung
     # above was measured at 11.7 % in the rush: it stayed at the floor. Now that measurement is tried
     # again once it is memory_s old, and from there what an image a second costs leads it up.
-    run(b, cost, 100, t, cpu)
+    run(b, cost, 100, t, cpu, images_per_s=50)
     assert LADDER[b.level].images_hz == 60 and b.level == first_images - 1
 
 
@@ -323,17 +350,17 @@ def test_costs_measured_in_the_windows_warm_up_do_not_hold_it_down():
     What the warm-up measured counts as old once it ends: the rungs it ruled out are tried again at
     once, so the window is back at every image within seconds instead of memory_s (30 s) later.
     """
-    first_images = next(i for i, r in enumerate(LADDER) if r.images_hz < 60)
+    first_images = next(i for i, r in enumerate(LADDER) if not r.every_image)
 
     def cost(level: int, t: float) -> float:
         warm = 3.0 if t < 8 else 0.0
-        return 7.5 + 0.03 * min(LADDER[level].images_hz, 50) + (20.0 if level < first_images - 1 else 0.0) + warm
+        return 7.5 + 0.03 * LADDER[level].image_rate(50) + (20.0 if level < first_images - 1 else 0.0) + warm
 
     def at_every_image_by(seconds: float, warmup_s: float) -> bool:
         b = CpuBudget(10)
         b.warmup_s = warmup_s
-        levels, _, _ = run(b, cost, seconds)
-        return LADDER[levels[-1]].images_hz == 60
+        levels, _, _ = run(b, cost, seconds, images_per_s=50)
+        return LADDER[levels[-1]].every_image
 
     assert at_every_image_by(30, CpuBudget.warmup_s)
     assert not at_every_image_by(30, float("inf"))  # remembered for memory_s, the warm-up held it down

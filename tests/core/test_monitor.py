@@ -55,6 +55,29 @@ def test_searching_when_nothing_is_there():
     assert "searching for" in core.status.text
 
 
+def test_a_share_of_the_images_is_copied_and_an_image_left_out_stays_out(engine):
+    from lucky_monitor.core.pacing import share_shows
+
+    core = MonitorCore(engine.name)
+    engine.tick()
+    core.poll()
+    core.image_share = 0.9
+    copied = []
+    for _ in range(40):
+        engine.tick()  # a new image each step (camera_fps=0)
+        for _ in range(2):  # the second poll sees no new image: a left-out one must not be copied late
+            f = core.poll()
+            if f is not None and f.image_updated:
+                copied.append(f.image_seq // 2)
+    published = range(engine.seg.counter("image_seq") // 2 - 39, engine.seg.counter("image_seq") // 2 + 1)
+    assert copied == [k for k in published if share_shows(k, 0.9)]
+    assert len(copied) == 36  # nine in ten
+    core.image_share = 1.0
+    engine.tick()
+    f = core.poll()
+    assert f.image_updated and np.array_equal(core.images, engine.seg.images)
+
+
 def test_attach_copy_and_free_run(engine):
     core = MonitorCore(engine.name)
     engine.tick()

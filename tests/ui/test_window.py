@@ -283,7 +283,7 @@ def test_the_budget_thins_painting_never_polling(qtbot, engine, window):
     wait_state(qtbot, win, LinkState.FREE_RUNNING)
     qtbot.waitUntil(lambda: win.stats.images_presented > 0, timeout=5000)
     win.budget.level = len(LADDER) - 1  # the floor: images 1 Hz, plots 0.25 Hz, panel 0.25 Hz
-    win.budget.update = lambda now, cpu, idle=None: False  # held there
+    win.budget.update = lambda *reading: False  # held there
     plots = []
     win.plots.update_view = lambda: plots.append(1)
     presented, ticks = win.stats.images_presented, win.stats.ticks
@@ -299,6 +299,49 @@ def test_the_budget_thins_painting_never_polling(qtbot, engine, window):
     assert win.backend.LIVE_PERIOD_S == 4.0  # the panels every 4 s
     win._update_status(_t(win))
     assert "images 1 Hz · plots 0.25 Hz · panel 0.25 Hz" in win.budget_label.text()
+
+
+def test_a_share_rung_presents_that_share_of_the_images_and_copies_no_other(qtbot, window):
+    # A camera at 20 Hz, below the poll rate: every image is seen. At "images 90 %" the window shows nine of
+    # each ten, evenly, and copies only those; at every image, all of them.
+    from lucky_monitor.core.budget import LADDER
+
+    eng = ReferenceEngine(
+        EngineConfig(
+            name=unique_segment_name("share"), num_envs=4, obs_size=6, act_size=1, image=(16, 16), hz=200, camera_fps=20
+        )
+    )
+    timer = QtCore.QTimer()
+    timer.setInterval(1)
+    timer.timeout.connect(eng.tick)
+    timer.start()
+    try:
+        win = window(eng.name)
+        wait_state(qtbot, win, LinkState.FREE_RUNNING)
+        qtbot.waitUntil(lambda: win.stats.images_presented > 2, timeout=5000)
+        win.budget.update = lambda *reading: False  # held at the rung set below
+        shares = {}
+        for level in (next(i for i, r in enumerate(LADDER) if r.images_share == 0.9 and r.images_hz >= 60), 0):
+            win.budget.level = level
+            qtbot.wait(200)
+            seq0, shown0, copied0 = eng.seg.counter("image_seq") // 2, win.stats.images_presented, _counters(win)
+            qtbot.wait(3000)
+            published = eng.seg.counter("image_seq") // 2 - seq0
+            shown, copied = win.stats.images_presented - shown0, _counters(win) - copied0
+            assert published >= 40
+            assert copied <= shown + 1  # an image skipped is never copied
+            shares[LADDER[level].images_share] = shown / published
+            win._update_status(_t(win))
+            assert ("images 90 %" in win.budget_label.text()) == (level != 0)
+        assert 0.78 <= shares[0.9] <= 0.92, shares
+        assert shares[1.0] >= 0.93, shares
+    finally:
+        timer.stop()
+        eng.close()
+
+
+def _counters(win) -> int:
+    return _t(win).counters.images_copied
 
 
 def test_status_bar_shows_the_budget_and_the_rates_in_force(qtbot, engine, window):
