@@ -45,6 +45,7 @@ against.
 Usage::
 
     python benchmarks/monitor_cpu.py [--quick] [--only window|trainer_ab] [--modes offscreen,xvfb]
+                                     [--cases budget,no_budget,no_budget_gl_panels] [--repeats N]
 
 ``--quick``: 12 s per window case and 6 s phases (about 3 minutes in all);
 the default is 20 s and 10 s; four B phases either way (``--pairs``).
@@ -183,6 +184,10 @@ def run_window(
 
 def bench_window(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) -> None:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    for case in cases:
+        if case not in CASES:
+            raise SystemExit(f"unknown case {case!r} ({', '.join(CASES)})")
     name = f"LuckyEngine_bench_cpu_{os.getpid()}_{secrets.token_hex(3)}"
     engine_argv = lucky("sim", "--name", name, "--envs", "64", "--image", "64x64")
     with (
@@ -214,7 +219,8 @@ def bench_window(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) 
                 )
         results: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for _ in range(args.repeats):  # cases and modes take turns, so they see the same load
-            for case, (case_args, case_env) in CASES.items():
+            for case in cases:
+                case_args, case_env = CASES[case]
                 for mode in modes:
                     d = displays[mode]
                     if d is None:
@@ -397,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=("window", "trainer_ab"), default=None, help="run one part only")
     p.add_argument("--modes", default="offscreen,xvfb", help="window display modes (default offscreen,xvfb)")
     p.add_argument("--seconds", type=float, default=None, help="seconds per window run")
+    p.add_argument("--cases", default=",".join(CASES), help=f"window cases (default {','.join(CASES)})")
     p.add_argument("--repeats", type=int, default=1, help="window runs per case and mode (median reported)")
     p.add_argument("--pairs", type=int, default=4, help="B phases of the trainer comparison (one more A brackets them)")
     p.add_argument("--phase", type=float, default=None, help="seconds measured per A or B phase")
