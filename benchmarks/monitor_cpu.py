@@ -259,6 +259,8 @@ def bench_window(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) 
                     **{k: v for k, v in r.items() if k.endswith("_cpu_pct") and k != "monitor_cpu_pct"},
                     "runs": len(runs),
                     "monitor_cpu_pct_runs": [x["monitor_cpu_pct"] for x in runs],
+                    "monitor_cpu_pct_steady_runs": [x["monitor_cpu_pct_steady"] for x in runs],
+                    "images_presented_ratio_runs": [x["images_presented_ratio"] for x in runs],
                     "seconds": args.seconds,
                     "stats": r["stats"],
                     "setting": "sim --envs 64 --image 64x64 (50 Hz realtime) + train",
