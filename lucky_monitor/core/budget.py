@@ -48,10 +48,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from .pacing import share_shows
 from .session import Tick
 
-__all__ = ["LADDER", "POLL_HZ", "CpuBudget", "Rates", "RunStats", "lower_priority", "machine_idle_s", "share_shows"]
+__all__ = ["LADDER", "POLL_HZ", "CpuBudget", "Rates", "RunStats", "lower_priority", "machine_idle_s"]
 
 
 def lower_priority(nice: int) -> int | None:

@@ -302,8 +302,8 @@ class LayoutKey:
         return self._key
 
 
-#: Runs of drawn overlay rows closer than this many rows are blended as one band (one ``drawImage`` less
-#: costs about what blending a few such rows of transparent pixels does).
+#: Runs of drawn overlay rows at most this many rows apart (three empty rows between) are blended as one
+#: band: one ``drawImage`` less costs about what blending a few rows of transparent pixels does.
 OVERLAY_MERGE_ROWS = 4
 
 
@@ -317,7 +317,7 @@ def _inner_rect(r: QtCore.QRectF) -> QtCore.QRect:
 def _drawn_bands(pixels: np.ndarray, ratio: float = 1.0) -> list[tuple[QtCore.QRectF, QtCore.QRect]]:
     """Where ``pixels`` (``(h, w)`` ARGB, device pixels) holds drawn pixels: ``(target, source)`` rectangles.
 
-    One rectangle per run of rows that hold a drawn pixel (runs fewer than
+    One rectangle per run of rows that hold a drawn pixel (runs at most
     :data:`OVERLAY_MERGE_ROWS` rows apart make one), from the run's leftmost
     to its rightmost drawn column: labels along a row of tiles make one
     rectangle, as high as the labels. ``source`` is in device pixels,

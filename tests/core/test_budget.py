@@ -55,7 +55,7 @@ def test_the_ladder_goes_from_full_rates_to_the_floor():
 
 
 def test_a_share_of_images_is_spread_evenly_and_exactly():
-    from lucky_monitor.core.budget import share_shows
+    from lucky_monitor.core.pacing import share_shows
 
     for share, shown_of_20 in ((1.0, 20), (0.95, 19), (0.9, 18)):
         for start in (0, 1, 7, 12_345_678):
