@@ -21,9 +21,11 @@ How it decides:
   CPU over its last ``mean_window_s`` (10 s; at least ``mean_min_s``, 3 s,
   of it) is over;
   it steps up one rung when that rung should fit: by what it cost when last
-  measured (within ``memory_s``), or, between image rates, by what an image
-  a second cost between two measured rungs (a rung's images a second at the
-  camera's rate, :meth:`Rates.image_rate`); with nothing to go by, below
+  measured over seconds (within ``memory_s``), or, between image rates, by
+  what an image a second cost between two measured rungs (a rung's images a
+  second at the camera's rate, :meth:`Rates.image_rate`), or by what it cost
+  when measured briefly (a jump left it: those readings may be the jump's);
+  with nothing to go by, below
   ``low × budget``. Otherwise nothing changes (hysteresis);
 * a step up that has to be undone within ``backoff_window_s`` (the rung above
   was too costly after all) doubles the time it waits before it tries that
@@ -247,7 +249,7 @@ class CpuBudget:
         self._changed_at: float | None = None
         self._last_up_at: float | None = None
         self._hold = hold_up_s
-        self._measured: dict[int, tuple[float, float]] = {}  # level -> (mean usage there, when)
+        self._measured: dict[int, tuple[float, float, bool]] = {}  # level -> (mean usage there, when, a full mean)
         self._started_at: float | None = None  # the first reading; None again once warm-up ended
         self._rung: deque[tuple[float, float]] = deque()  # (time, CPU seconds) since the rung began, ≤ mean_window_s
 
@@ -297,7 +299,7 @@ class CpuBudget:
             self._changed_at = self._started_at = now
         elif self._started_at is not None and now - self._started_at >= self.warmup_s:
             self._started_at = None  # warm-up over: what it measured counts as measured long ago
-            self._measured = {lv: (u, -math.inf) for lv, (u, _) in self._measured.items()}
+            self._measured = {lv: (u, -math.inf, full) for lv, (u, _, full) in self._measured.items()}
         t0, c0 = r[0]
         span = now - t0
         if span < self.settle_s or span <= 0:
@@ -322,7 +324,7 @@ class CpuBudget:
         rung_s = now - rung[0][0]
         # A rung's cost: its mean CPU over up to mean_window_s, once a reading's window long; else the reading.
         mean = 100.0 * (cpu_s - rung[0][1]) / rung_s if rung_s >= self.window_s else usage
-        self._measured[self.level] = (mean, now)
+        self._measured[self.level] = (mean, now, rung_s >= self.mean_min_s)
         # Over: one reading far over (a jump), or the rung's mean over once it spans mean_min_s.
         over = usage > self.tolerance * budget or (rung_s >= self.mean_min_s and mean > budget)
         self.over_budget = self.at_floor and usage > budget
@@ -343,18 +345,26 @@ class CpuBudget:
     def _fits_above(self, usage: float, budget: float, now: float) -> bool:
         """Whether the rung above should fit the budget.
 
-        Its usage as measured there within :attr:`memory_s`; else, on the
-        images part of the ladder, this rung's usage plus what an image a
-        second cost between two rungs measured within :attr:`memory_s`
-        (usage grows about linearly with the image rate: a copy and a paint
-        per image); else (nothing to go by) usage below ``low`` × budget.
-        The first two let the window settle on the highest image rate that
-        fits instead of one that leaves 30 % of the budget unused.
+        Its usage as measured there within :attr:`memory_s`, over
+        :attr:`mean_min_s` at least; else, on the images part of the ladder,
+        this rung's usage plus what an image a second cost between two rungs
+        measured within :attr:`memory_s` (the nearest measured over seconds
+        first; usage grows about linearly with the image rate: a copy and a
+        paint per image); else its usage measured briefly; else (nothing to
+        go by) usage below ``low`` × budget. The first two let the window
+        settle on the highest image rate that fits instead of one that leaves
+        30 % of the budget unused. A rung left within a second or two by a
+        jump was measured by the jump's readings: it does not hold the window
+        below it for :attr:`memory_s` where the slope says it fits (a spike of
+        three seconds had held the demo window at 20 Hz for 30 s).
         """
-        recent = {lv: u for lv, (u, t) in self._measured.items() if now - t <= self.memory_s}
+        recent = {lv: u for lv, (u, t, _) in self._measured.items() if now - t <= self.memory_s}
+        # Rungs measured over mean_min_s at least. A rung left within seconds by a jump was measured by
+        # the readings of that jump: where what an image a second costs says otherwise, that is believed.
+        full = {lv: u for lv, (u, t, whole) in self._measured.items() if whole and now - t <= self.memory_s}
         above = self.level - 1
-        if above in recent:
-            return recent[above] <= self.fit * budget
+        if above in full:
+            return full[above] <= self.fit * budget
         here, up = self.ladder[self.level], self.ladder[above]
 
         # Image rates as presented at the camera's rate: rungs that cap above it present the same images.
@@ -368,10 +378,13 @@ class CpuBudget:
             and rate(lv) != rate(self.level)
         ]
         if (up.plots_hz, up.panel_hz) == (here.plots_hz, here.panel_hz) and same_rest:
-            other = min(same_rest, key=lambda lv: abs(lv - self.level))  # the nearest measured rung
+            # The nearest rung measured over seconds, else the nearest measured at all.
+            other = min(same_rest, key=lambda lv: (lv not in full, abs(lv - self.level)))
             per_hz = (recent[other] - usage) / (rate(other) - rate(self.level))
             if per_hz > 0:
                 return usage + per_hz * (rate(above) - rate(self.level)) <= self.fit * budget
+        if above in recent:  # measured briefly, and nothing else to go by
+            return recent[above] <= self.fit * budget
         old = self._measured.get(above)
         if old is not None and old[0] <= self.retry * budget:
             # Measured over memory_s ago and not far over: that reading must not rule the rung out for

@@ -145,6 +145,26 @@ def test_settles_on_the_highest_image_rate_that_fits_not_one_that_leaves_the_bud
     assert set(tail) <= {15, 20} and tail.count(15) > 0.9 * len(tail)  # 20 Hz only as a brief try
 
 
+def test_a_short_spike_does_not_hold_the_window_below_the_rate_that_fits():
+    # 6.3 % + 0.1 % per image a second at a 50 Hz camera: 30 Hz (9.3 %) fits, 40 Hz (10.3 %) does not.
+    # Something else takes 3 points for 3 s: the window steps down through 25 Hz, measured only in the
+    # spike's readings. What an image a second costs (30 and 20 Hz, each measured over seconds) says
+    # 25 Hz fits again: the window is back at 30 Hz within seconds, not once that reading is memory_s old.
+    def cost(level: int, t: float) -> float:
+        return 6.3 + 0.1 * LADDER[level].image_rate(50) + (3.0 if 60 <= t < 63 else 0.0)
+
+    b = CpuBudget(10)
+    levels, t, cpu = run(b, cost, 60, images_per_s=50)
+    at_30 = b.level
+    assert LADDER[at_30].images_hz == 30
+    levels, t, cpu = run(b, cost, 5, t, cpu, images_per_s=50)
+    assert max(levels) > at_30 + 1  # the spike pushed it two rungs down or more
+    levels, _, _ = run(b, cost, 15, t, cpu, images_per_s=50)
+    back = [i * DT for i, lv in enumerate(levels) if lv == at_30]
+    assert back and back[0] < 10, back[:1]  # not within 15 s before: the brief reading held 25 Hz out for memory_s
+    assert levels[-1] == at_30
+
+
 def test_when_the_load_goes_away_the_rates_come_back():
     b = CpuBudget(10)
     heavy = True
