@@ -300,6 +300,9 @@ class CpuBudget:
         elif self._started_at is not None and now - self._started_at >= self.warmup_s:
             self._started_at = None  # warm-up over: what it measured counts as measured long ago
             self._measured = {lv: (u, -math.inf, full) for lv, (u, _, full) in self._measured.items()}
+            # ... and the rung in force is measured afresh: a mean over warm-up seconds would step it down
+            # (and then hold the window below it for memory_s) for what the first seconds cost.
+            self._rung.clear()
         t0, c0 = r[0]
         span = now - t0
         if span < self.settle_s or span <= 0:

@@ -165,6 +165,19 @@ def test_a_short_spike_does_not_hold_the_window_below_the_rate_that_fits():
     assert levels[-1] == at_30
 
 
+def test_a_rungs_cost_after_the_warm_up_leaves_the_warm_up_seconds_out():
+    # The rung in force when the warm-up ends is measured afresh: a mean that spans the first seconds
+    # stepped the demo window down after them and held it there (a full measurement, kept memory_s).
+    b = CpuBudget(10, ladder=(Rates(60, 1, 1),))  # one rung: it never moves, its measurement is seen alone
+    _, t, cpu = run(b, lambda level, t: 14.0 if t < b.warmup_s else 6.0, b.warmup_s + 2.0)
+    mean, _, full = b._measured[0]
+    assert mean == pytest.approx(6.0, abs=0.2)  # not 12.4, the mean of the last 10 s
+    assert not full  # measured for 2 s: a brief measurement until mean_min_s
+    run(b, lambda level, t: 6.0, 2.0, t, cpu)
+    mean, _, full = b._measured[0]
+    assert mean == pytest.approx(6.0, abs=0.2) and full
+
+
 def test_when_the_load_goes_away_the_rates_come_back():
     b = CpuBudget(10)
     heavy = True
@@ -355,7 +368,7 @@ def test_a_busy_start_does_not_hold_the_window_at_a_low_rung():
         return 7.5 + 0.03 * LADDER[level].image_rate(50) + (20.0 if level < first_images - 1 else 0.0) + rush
 
     b = CpuBudget(10)
-    _, t, cpu = run(b, cost, 12, images_per_s=50)
+    _, t, cpu = run(b, cost, 9.5, images_per_s=50)
     assert b.at_floor  # the rush pushed it to the floor: 11.6 % even there
     # After it the floor costs 7.6 %, over the 70 % a step up with nothing to go by needs, and the rung
     # above was measured at 11.7 % in the rush: it stayed at the floor. Now that measurement is tried
