@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -36,21 +37,26 @@ def settings(tmp_path):
     return QtCore.QSettings(str(tmp_path / "settings.ini"), QtCore.QSettings.Format.IniFormat)
 
 
-@pytest.fixture
-def engine(qtbot):
-    """A reference engine in this process, ticked by a 1 ms Qt timer (free-running at 200 Hz)."""
-    eng = ReferenceEngine(
-        EngineConfig(
-            name=unique_segment_name("win"), num_envs=9, obs_size=12, act_size=2, image=(32, 24), hz=200.0, camera_fps=0
-        )
-    )
+@contextlib.contextmanager
+def ticked_engine(prefix: str, **cfg):
+    """A reference engine in this process, ticked by a 1 ms Qt timer (free-running at ``cfg["hz"]``)."""
+    eng = ReferenceEngine(EngineConfig(name=unique_segment_name(prefix), **cfg))
     timer = QtCore.QTimer()
     timer.setInterval(1)
     timer.timeout.connect(eng.tick)
     timer.start()
-    yield eng
-    timer.stop()
-    eng.close()
+    try:
+        yield eng
+    finally:
+        timer.stop()
+        eng.close()
+
+
+@pytest.fixture
+def engine(qtbot):
+    """A reference engine at 200 Hz, a new image every step."""
+    with ticked_engine("win", num_envs=9, obs_size=12, act_size=2, image=(32, 24), hz=200.0, camera_fps=0) as eng:
+        yield eng
 
 
 @pytest.fixture
@@ -306,16 +312,7 @@ def test_a_share_rung_presents_that_share_of_the_images_and_copies_no_other(qtbo
     # each ten, evenly, and copies only those; at every image, all of them.
     from lucky_monitor.core.budget import LADDER
 
-    eng = ReferenceEngine(
-        EngineConfig(
-            name=unique_segment_name("share"), num_envs=4, obs_size=6, act_size=1, image=(16, 16), hz=200, camera_fps=20
-        )
-    )
-    timer = QtCore.QTimer()
-    timer.setInterval(1)
-    timer.timeout.connect(eng.tick)
-    timer.start()
-    try:
+    with ticked_engine("share", num_envs=4, obs_size=6, act_size=1, image=(16, 16), hz=200, camera_fps=20) as eng:
         win = window(eng.name)
         wait_state(qtbot, win, LinkState.FREE_RUNNING)
         qtbot.waitUntil(lambda: win.stats.images_presented > 2, timeout=5000)
@@ -335,9 +332,6 @@ def test_a_share_rung_presents_that_share_of_the_images_and_copies_no_other(qtbo
             assert ("images 90 %" in win.budget_label.text()) == (level != 0)
         assert 0.78 <= shares[0.9] <= 0.92, shares
         assert shares[1.0] >= 0.93, shares
-    finally:
-        timer.stop()
-        eng.close()
 
 
 def _counters(win) -> int:
