@@ -279,6 +279,15 @@ def _taps(n: int, size: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+@functools.lru_cache(maxsize=256)
+def _channel_taps(n: int, size: int, c: int) -> np.ndarray:
+    """:func:`_taps`' first positions for ``n`` outputs over ``size`` inputs, as indices of ``c``-channel items."""
+    a, _ = _taps(n, size)
+    idx = (a[:, None] * c + np.arange(c)).reshape(-1)
+    idx.flags.writeable = False
+    return idx
+
+
 def _sample(block: np.ndarray, h: int, w: int, scratch: _Scratch | None = None) -> np.ndarray:
     """Downscale the last three axes ``(H, W, c)`` of ``block`` to ``(h, w, c)`` without aliasing.
 
@@ -323,10 +332,16 @@ def _sample(block: np.ndarray, h: int, w: int, scratch: _Scratch | None = None) 
     flat = rows.reshape(*lead, h, big_w * c)
     pairs = ws.get("pairs", (*lead, h, (big_w - d) * c), np.uint16)
     np.add(flat[..., : (big_w - d) * c], flat[..., d * c :], out=pairs)
-    pixel = np.dtype((np.void, 2 * c))
-    acc = ws.get("acc", (*lead, h, w), pixel)
-    np.take(pairs.view(pixel), ca, axis=-1, out=acc, mode="clip")  # one item per pixel
-    acc16 = acc.view(np.uint16)
+    if c == 3:
+        # A 6-byte pixel is no machine word: numpy gathers such items with a generic copy each. Its three
+        # 2-byte channels, by indices expanded per channel, go ~1.6x faster (the whole shrink ~0.86x).
+        acc16 = ws.get("acc16", (*lead, h, w * c), np.uint16)
+        np.take(pairs, _channel_taps(w, big_w, c), axis=-1, out=acc16, mode="clip")
+    else:
+        pixel = np.dtype((np.void, 2 * c))
+        acc = ws.get("acc", (*lead, h, w), pixel)
+        np.take(pairs.view(pixel), ca, axis=-1, out=acc, mode="clip")  # one item (2, 4 or 8 bytes) per pixel
+        acc16 = acc.view(np.uint16)
     acc16 += 2
     acc16 >>= 2
     out8 = ws.get("out", (*lead, h, w, c), np.uint8)

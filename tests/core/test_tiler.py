@@ -340,6 +340,19 @@ def test_the_4096_env_overview_shows_each_tiles_colour() -> None:
     assert t.grid.shape[0] < 600 and t.grid.shape[1] < 600  # screen-sized, not 4096x4096
 
 
+def test_a_colour_image_shrinks_as_its_channels_do_one_by_one() -> None:
+    # RGB pixels are gathered channel by channel (a 6-byte pixel is no machine word), gray and RGBA ones
+    # as whole pixels: each way, a channel's output is that channel shrunk on its own.
+    rng = np.random.default_rng(7)
+    for big_h, big_w, h, w in ((64, 64, 38, 38), (64, 64, 20, 27), (13, 50, 4, 49), (7, 9, 7, 1), (30, 30, 15, 15)):
+        for c in (3, 4):
+            images = rng.integers(0, 256, (5, big_h, big_w, c), dtype=np.uint8)
+            shrunk = shrink_tiles(images, h, w).copy()
+            assert shrunk.shape == (5, h, w, c)
+            for k in range(c):
+                np.testing.assert_array_equal(shrunk[..., k], shrink_tiles(images[..., k : k + 1], h, w)[..., 0])
+
+
 def test_a_batch_shrunk_in_passes_equals_one_pass(monkeypatch) -> None:
     rng = np.random.default_rng(6)
     images = rng.integers(0, 256, (37, 12, 10, 3), dtype=np.uint8)
