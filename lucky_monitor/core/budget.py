@@ -208,8 +208,11 @@ class CpuBudget:
     #: Costs measured in the window's first seconds (its first layouts and paints, the QML panels
     #: warming up, engine and trainer starting beside it) read 2-8 points high: at the end of this
     #: warm-up they count as measured long ago, so the rungs they ruled out are tried again at once
-    #: (each once, however far over it read) instead of ``memory_s`` later.
+    #: instead of ``memory_s`` later, if within ``retry`` budgets plus :attr:`warmup_extra_pct`
+    #: points (a rung read far beyond that, e.g. plots at 1 Hz and up at 26-40 %, is not tried: each
+    #: try costs a second over the budget).
     warmup_s = 10.0
+    warmup_extra_pct = 6.0
     #: Below this much idle CPU (in cores, over the last readings) the machine counts as saturated ...
     SATURATED_IDLE_CORES = 0.5
     #: ... and the budget in force is this share of the one asked for.
@@ -299,9 +302,15 @@ class CpuBudget:
             self._changed_at = self._started_at = now
         elif self._started_at is not None and now - self._started_at >= self.warmup_s:
             self._started_at = None  # warm-up over: what it measured counts as measured long ago
-            self._measured = {lv: (u, -math.inf, full) for lv, (u, _, full) in self._measured.items()}
-            for lv in range(len(self.ladder)):  # and a rung it skipped (a jump of rungs) as unknown, as old
-                self._measured.setdefault(lv, (math.inf, -math.inf, False))
+            old = {lv: (u, -math.inf, full) for lv, (u, _, full) in self._measured.items()}
+            # A rung not measured (a jump skipped it, or the window never went so low) reads what the
+            # nearest costlier rung measured read: it costs no more than that.
+            last = None
+            for lv in range(len(self.ladder)):
+                last = old.get(lv, last)
+                if last is not None:
+                    old.setdefault(lv, last)
+            self._measured = old
             # ... and the rung in force is measured afresh: a mean over warm-up seconds would step it down
             # (and then hold the window below it for memory_s) for what the first seconds cost.
             self._rung.clear()
@@ -391,12 +400,12 @@ class CpuBudget:
         if above in recent:  # measured briefly, and nothing else to go by
             return recent[above] <= self.fit * budget
         old = self._measured.get(above)
-        if old is not None and (old[0] <= self.retry * budget or old[1] == -math.inf):
-            # Measured over memory_s ago and not far over, or in the warm-up however far over (its first
-            # seconds say nothing of a rung's cost after them): that reading must not rule the rung out
-            # for good (a noisy mean, a busy moment, the start). Try it again while this one leaves room;
-            # a try that does not fit is undone within seconds, and then its new measurement holds for
-            # memory_s.
+        warm = self.warmup_extra_pct if old is not None and old[1] == -math.inf else 0.0
+        if old is not None and old[0] <= self.retry * budget + warm:
+            # Measured over memory_s ago and not far over (a warm-up reading: not far over once what the
+            # start added is taken off): that reading must not rule the rung out for good (a noisy mean, a
+            # busy moment, the start). Try it again while this one leaves room; a try that does not fit is
+            # undone within seconds, and then its new measurement holds for memory_s.
             return usage <= self.fit * budget
         return usage < self.low * budget
 
