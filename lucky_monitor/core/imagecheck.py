@@ -33,7 +33,9 @@ two consecutive checks and the whole grid is covered in turn. Findings:
 * ``lag``: ``frame_seq - image_frame_seq`` exceeds what the measured camera
   rate explains (``2 * frames_per_s / images_per_s + 2`` frames, or two
   seconds of frames when no image came in the last second) while the Camera
-  service is on.
+  service is on. The session reads ``frame_seq`` before it copies the sample
+  (and ``image_frame_seq`` with it), so a monitor held up between the two
+  reads sees less lag than there is, never more.
 
 Tiles are compared by the CRC-32 of their bytes (per tile, so the cost is one
 pass over the sample, a quarter of a 64-bit BLAKE2b's). Two tiles of one check

@@ -1606,6 +1606,9 @@ class MonitorSession:
                 seg.read_region(h.image_offset + e * per, buf[i : i + count])
             got["image_frame_seq"] = counter("image_frame_seq")
 
+        # frame_seq before the image's frame: a monitor held up between the two reads (niced, on a busy
+        # machine) then sees less lag than there is, never more, and raises no lag alarm for its own delay.
+        frame_seq = counter("frame_seq")
         r = seqlock_read(lambda: counter("image_seq"), copy)
         if not r.ok:
             ic.retry(now)
@@ -1629,7 +1632,7 @@ class MonitorSession:
             buf[: len(envs)],
             image_seq=r.seq,
             image_frame_seq=got["image_frame_seq"],
-            frame_seq=counter("frame_seq"),
+            frame_seq=frame_seq,
             obs_rows=obs_rows,
             frames_per_s=rates.frames_per_s,
             images_per_s=rates.images_per_s,

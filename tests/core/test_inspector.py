@@ -345,6 +345,68 @@ def test_constant_duplicate_and_frozen_tiles_raise_the_three_image_alarms(segmen
 
 
 @linux
+def test_a_monitor_held_up_during_its_image_check_raises_no_lag_alarm(segment_factory, monkeypatch) -> None:
+    """Forty frames, each with its image, pass while the monitor is held up (niced, on a busy machine) at the
+    moment it reads ``frame_seq`` for the lag check: the camera kept up, so no lag alarm. A real lag (the
+    images stop while the frames go on) still raises one."""
+    import lucky_monitor.core.session as session_mod
+
+    seg = segment_factory(num_envs=4, obs_size=3, act_size=1, image=(8, 6, 3))
+    seg.set("engine_state", 1)
+    rng = np.random.default_rng(8)
+    clock = [100.0]
+    frame = [0]
+    s = MonitorSession(seg.name, tools=False, discover=False, traffic=False, clock=lambda: clock[0])
+
+    def engine_step(images: bool = True) -> None:
+        frame[0] += 1
+        seg.obs[:] = rng.standard_normal((4, 3)).astype(np.float32)
+        if images:
+            write_images(seg, rng.integers(0, 256, (4, 6, 8, 3), dtype=np.uint8), frame[0])
+        publish(seg, frame[0])
+
+    held = [False]
+    check_images = session_mod.MonitorSession._check_images
+
+    def check_while_held(self, now, segment):  # the monitor's own reads during the check
+        read_counter = segment.read_counter
+
+        def late_read(field: str) -> int:
+            if field == "frame_seq" and held[0]:
+                held[0] = False
+                for _ in range(40):
+                    engine_step()
+            return read_counter(field)
+
+        segment.read_counter = late_read
+        try:
+            return check_images(self, now, segment)
+        finally:
+            segment.read_counter = read_counter
+
+    monkeypatch.setattr(session_mod.MonitorSession, "_check_images", check_while_held)
+    try:
+        for k in range(12):  # 50 frames/s and 50 images/s, as the link measures them
+            for _ in range(10):
+                engine_step()
+            held[0] = k >= 4
+            s.step()
+            clock[0] += 0.2
+        tick = s.step()
+        assert tick.rates.images_per_s and tick.rates.frames_per_s
+        assert [a for a in tick.alarms.recent if a.kind == "lag"] == []
+        for _ in range(20):  # the camera stops: frames only (two seconds of them are explained)
+            for _ in range(10):
+                engine_step(images=False)
+            s.step()
+            clock[0] += 0.2
+        tick = s.step()
+    finally:
+        s.close()
+    assert [a.kind for a in tick.alarms.recent if a.region == "image"] == ["lag"]
+
+
+@linux
 def test_dims_are_named_by_the_engines_agent_schema_when_a_view_asks() -> None:
     from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
     from tests.conftest import unique_segment_name
