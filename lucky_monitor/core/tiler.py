@@ -300,7 +300,7 @@ def _sample(block: np.ndarray, h: int, w: int, scratch: _Scratch | None = None) 
     average for ``r`` 2, a fixed sample otherwise, and for ``r`` under 2 the
     mean of two neighbours (a box filter, so a shrink by a few percent
     does not drop whole rows). The cost tracks output pixels, not source
-    bytes (two gathers of whole rows, then two of whole pixels); a one-pixel
+    bytes (two gathers of whole rows, then one of pixel pairs' sums); a one-pixel
     stripe or checkerboard pattern shows as its mean colour instead of
     moiré, and a feature a quarter of the footprint wide still shows. The
     same size is a view.
@@ -312,9 +312,10 @@ def _sample(block: np.ndarray, h: int, w: int, scratch: _Scratch | None = None) 
     if (h, w) == (big_h, big_w):
         return block
     ws = scratch if scratch is not None else _Scratch()
-    # Rows first, as whole contiguous rows (cheap to gather), summed; then the two columns of those,
-    # each pixel gathered as one item (a void of its channels' bytes: numpy's gather of a c-element
-    # inner axis measures 3-4x slower than a gather of c-channel items). np.take, not
+    # Rows first, as whole contiguous rows (cheap to gather), summed; then the two columns of those:
+    # gray and RGBA pixels gathered as one item each (a void of their channels' 2-, 4- or 8-byte sums:
+    # numpy's gather of a c-element inner axis measures 3-4x slower than a gather of c-channel items),
+    # RGB ones by per-channel indices (below: a 6-byte item has no fast copy). np.take, not
     # block[..., idx, :, :], which hands back the gathered axis outermost in memory and makes every
     # later pass a strided one; mode="clip" (the indices are in range) so `out` is written directly.
     lead, c = block.shape[:-3], block.shape[-1]
