@@ -109,7 +109,12 @@ def add_window_arguments(p: argparse.ArgumentParser) -> None:
         type=_positive_float,
         help="close the window after this many seconds (exit 0)",
     )
-    p.add_argument("--columns", type=int, default=None, help="image grid columns (default: near-square)")
+    p.add_argument(
+        "--columns",
+        type=int,
+        default=None,
+        help="image grid columns (default: auto, the count that shows the tiles largest in the view)",
+    )
     p.add_argument(
         "--cpu-budget",
         metavar="PCT",

@@ -25,7 +25,7 @@ EXIT_INTERRUPTED = 130
 
 #: Every exit code a ``lucky-monitor`` command uses, with its meaning (one row each in the README).
 EXIT_CODES: dict[int, str] = {
-    EXIT_OK: "ok; also record, export, watch and --remote stopped by Ctrl-C or SIGTERM (their normal end)",
+    EXIT_OK: "ok; also sim, train, demo, the window, record, export, watch and --remote stopped by Ctrl-C or SIGTERM",
     EXIT_FAILED: "failed: a check rule fails, the engine refused a command or answered with an error",
     EXIT_USAGE: "usage: bad arguments or values, a segment over the size limit, no display for the window",
     EXIT_HEADER: "header: the segment header is invalid or incompatible",

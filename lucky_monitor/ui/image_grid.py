@@ -769,7 +769,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         self.columns_spin = QtWidgets.QSpinBox()
         self.columns_spin.setRange(0, 0)
         self.columns_spin.setSpecialValueText("auto")
-        self.columns_spin.setToolTip("tiles per row (auto: near-square grid)")
+        self.columns_spin.setToolTip("tiles per row (auto: the count that shows the tiles largest in the view)")
         self.flip_check = QtWidgets.QCheckBox("flip")
         self.flip_check.setToolTip("flip every image upside down (on top of the header's bottom-up flag)")
         self.channel_combo = QtWidgets.QComboBox()

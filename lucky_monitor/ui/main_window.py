@@ -142,7 +142,7 @@ class MainWindow(QtWidgets.QMainWindow):
     name
         Segment to attach to, or ``None``.
     columns
-        Image grid columns (``None``: near-square).
+        Image grid columns (``None``: automatic, the count that shows the tiles largest in the view).
     settings
         Where window layout and options persist (default: the user's
         QSettings for lucky-monitor).
