@@ -23,7 +23,10 @@ def require(module: str, command: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec(module) is None:
-        raise UnavailableError(f"{command} needs the Python package {module!r}: pip install 'lucky-monitor[headless]'")
+        raise UnavailableError(
+            f"{command} needs the Python package {module!r}: pip install 'lucky-monitor[headless]' "
+            "(in a checkout: pip install '.[headless]')"
+        )
 
 
 def grid_columns(num_envs: int) -> int:

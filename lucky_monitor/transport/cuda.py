@@ -33,7 +33,7 @@ from ..protocol.header import Header
 
 __all__ = ["CudaObs", "DeviceObs", "cupy_module", "export_handle"]
 
-INSTALL_HINT = "install the gpu extra: pip install 'lucky-monitor[gpu]'"
+INSTALL_HINT = "install the gpu extra: pip install 'lucky-monitor[gpu]' (in a checkout: pip install '.[gpu]')"
 
 
 def cupy_module() -> ModuleType:
