@@ -16,6 +16,15 @@ is not on PATH). Cases, taking turns with the same engine and trainer:
   the OpenGL scene graph (``QSG_RHI_BACKEND=opengl``), i.e. the window before
   it chose Qt Quick's software renderer where GL is software.
 
+And the window's floor, mode ``headless`` (``_floor.py``, no display, no Qt):
+the session the window makes, stepped at 60 Hz at the window's nice value with
+nothing drawn - ``floor_data``: no image asked for (the data path alone: poll,
+hot copy, history, inspector, traffic, tools); ``floor_images``: every image
+copied and tiled into the display buffer (``images_presented`` counts them).
+The window cannot go under ``floor_data``, nor show every image for less than
+``floor_images`` plus the conversion and paint of each; taken in turns with
+the window cases, so all see the same load.
+
 Figures come from the window's ``--stats-json``: ``monitor_cpu_pct`` =
 ``cpu_s / wall_s`` (% of one core, the process's CPU from its first tick to
 exit; ``monitor_cpu_pct_steady`` the same from ``/proc`` leaving out the first
@@ -45,9 +54,10 @@ against.
 Usage::
 
     python benchmarks/monitor_cpu.py [--quick] [--only window|trainer_ab] [--modes offscreen,xvfb]
-                                     [--cases budget,no_budget,no_budget_gl_panels] [--repeats N]
+                                     [--cases budget,no_budget,no_budget_gl_panels,floor_data,floor_images]
+                                     [--repeats N]
 
-``--quick``: 12 s per window case and 6 s phases (about 3 minutes in all);
+``--quick``: 12 s per window case and 6 s phases (about 4 minutes in all);
 the default is 20 s and 10 s; four B phases either way (``--pairs``).
 """
 
@@ -75,6 +85,9 @@ CASES: dict[str, tuple[list[str], dict[str, str]]] = {
     "no_budget": (["--cpu-budget", "0"], {}),
     "no_budget_gl_panels": (["--cpu-budget", "0"], {"QSG_RHI_BACKEND": "opengl"}),
 }
+#: The window's floor (``_floor.py``): the Qt-free session stepped at 60 Hz, nothing drawn; no display.
+FLOOR_CASES = {"floor_data": "data", "floor_images": "images"}
+DEFAULT_CASES = ("budget", "no_budget", "no_budget_gl_panels", "floor_data", "floor_images")
 
 
 def read_text(path: str) -> str:
@@ -144,7 +157,11 @@ def run_window(
     home = tempfile.mkdtemp(prefix=f"home_{label}_", dir=workdir)
     stats_path = os.path.join(home, "stats.json")
     err_path = os.path.join(home, "monitor.stderr")
-    argv = lucky("--shm", name, "--stats-json", stats_path, "--quit-after", f"{seconds:g}", *args)
+    if args and args[0] == "--floor":
+        floor = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_floor.py")
+        argv = [sys.executable, floor, name, f"{seconds:g}", stats_path, args[1]]
+    else:
+        argv = lucky("--shm", name, "--stats-json", stats_path, "--quit-after", f"{seconds:g}", *args)
     before = {k: process_cpu_seconds(pid) for k, pid in others.items()}
     t0 = time.monotonic()
     with child(argv, env=clean_env(home, **env), stderr_path=err_path) as mon:
@@ -186,8 +203,8 @@ def bench_window(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     for case in cases:
-        if case not in CASES:
-            raise SystemExit(f"unknown case {case!r} ({', '.join(CASES)})")
+        if case not in CASES and case not in FLOOR_CASES:
+            raise SystemExit(f"unknown case {case!r} ({', '.join(DEFAULT_CASES)})")
     name = f"LuckyEngine_bench_cpu_{os.getpid()}_{secrets.token_hex(3)}"
     engine_argv = lucky("sim", "--name", name, "--envs", "64", "--image", "64x64")
     with (
@@ -220,6 +237,13 @@ def bench_window(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) 
         results: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for _ in range(args.repeats):  # cases and modes take turns, so they see the same load
             for case in cases:
+                if case in FLOOR_CASES:
+                    others = {"engine": eng.pid, "trainer": trainer.pid}
+                    r = run_window(
+                        name, workdir, case, args.seconds, args.warmup, ["--floor", FLOOR_CASES[case]], {}, others
+                    )
+                    results.setdefault(("headless", case), []).append(r)
+                    continue
                 case_args, case_env = CASES[case]
                 for mode in modes:
                     d = displays[mode]
@@ -264,7 +288,11 @@ def bench_window(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) 
                     "seconds": args.seconds,
                     "stats": r["stats"],
                     "setting": "sim --envs 64 --image 64x64 (50 Hz realtime) + train",
-                    "targets": {"monitor_cpu_pct": "<= 10", "images_presented_ratio": ">= 0.95"},
+                    **(
+                        {"floor": FLOOR_CASES[case]}
+                        if case in FLOOR_CASES
+                        else {"targets": {"monitor_cpu_pct": "<= 10", "images_presented_ratio": ">= 0.95"}}
+                    ),
                 },
                 facts={**facts, "load_average": load_average()},
             )
@@ -405,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=("window", "trainer_ab"), default=None, help="run one part only")
     p.add_argument("--modes", default="offscreen,xvfb", help="window display modes (default offscreen,xvfb)")
     p.add_argument("--seconds", type=float, default=None, help="seconds per window run")
-    p.add_argument("--cases", default=",".join(CASES), help=f"window cases (default {','.join(CASES)})")
+    p.add_argument("--cases", default=",".join(DEFAULT_CASES), help=f"window cases (default {','.join(DEFAULT_CASES)})")
     p.add_argument("--repeats", type=int, default=1, help="window runs per case and mode (median reported)")
     p.add_argument("--pairs", type=int, default=4, help="B phases of the trainer comparison (one more A brackets them)")
     p.add_argument("--phase", type=float, default=None, help="seconds measured per A or B phase")
