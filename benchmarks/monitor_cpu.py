@@ -39,9 +39,12 @@ attached. The engine runs ``--fast`` (256 envs × 64×64 RGB), the trainer
 steps as fast as it can; phases A (no monitor) and B (a monitor window,
 offscreen, shipped defaults, started for the phase and stopped after it)
 alternate A/B/A/.../B/A in one run. A phase's steps/s is ``Δframe_seq / Δt``
-read from the segment; in B the window's first ``--settle`` seconds (start-up:
-imports, first layouts, about 1.2 s of CPU) are not measured: a monitor runs
-for hours, its steady cost is what the trainer pays. ``paired_ratios``: each B
+read from the segment; in B the window's first ``--settle`` seconds (8, also
+with ``--quick``: start-up, i.e. imports and first layouts, about 1.2 s of
+CPU, then the CPU budget stepping down from its top rung; measured from 5 s
+the B windows read 13.5-17.5 % of a core where from 8 s they read 8.2-8.6 %)
+are not measured: a monitor runs for hours, its steady cost is what the
+trainer pays. ``paired_ratios``: each B
 over the mean of the two A phases around it; ``ratio`` is their median
 (``ratio_of_medians`` is median B / median A). The machine's load average is
 reported before and after. ``--synthetic`` adds, after each B and the A that
@@ -442,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         "--settle",
         type=float,
         default=None,
-        help="seconds a B phase's window runs before it is measured (start-up, first layouts; default 8, --quick 5)",
+        help="seconds a B phase's window runs before it is measured (start-up, the budget stepping down; default 8)",
     )
     p.add_argument("--monitor-args", default="", help="extra options of the B phases' monitor window, e.g. '--nice 0'")
     p.add_argument(
@@ -456,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.seconds = args.seconds or (12.0 if args.quick else 20.0)
     args.phase = args.phase or (6.0 if args.quick else 10.0)
-    args.settle = args.settle if args.settle is not None else (5.0 if args.quick else 8.0)
+    args.settle = args.settle if args.settle is not None else 8.0
     facts = machine_facts()
     with tempfile.TemporaryDirectory(prefix="monitor_cpu_") as workdir:
         if args.only in (None, "window"):
