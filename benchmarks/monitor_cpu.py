@@ -155,14 +155,18 @@ def run_window(
     args: list[str],
     env: dict[str, str],
     others: dict[str, int],
+    floor: str | None = None,
 ) -> dict[str, Any]:
-    """One monitor run; its ``--stats-json`` plus the CPU of ``others`` (pid by name) over the same seconds."""
+    """One monitor run; its ``--stats-json`` plus the CPU of ``others`` (pid by name) over the same seconds.
+
+    ``floor`` (``"data"`` or ``"images"``): run the window's floor, ``_floor.py``, instead of the window.
+    """
     home = tempfile.mkdtemp(prefix=f"home_{label}_", dir=workdir)
     stats_path = os.path.join(home, "stats.json")
     err_path = os.path.join(home, "monitor.stderr")
-    if args and args[0] == "--floor":
-        floor = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_floor.py")
-        argv = [sys.executable, floor, name, f"{seconds:g}", stats_path, args[1]]
+    if floor is not None:  # the Qt-free session in place of the window (``_floor.py``)
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_floor.py")
+        argv = [sys.executable, script, name, f"{seconds:g}", stats_path, floor]
     else:
         argv = lucky("--shm", name, "--stats-json", stats_path, "--quit-after", f"{seconds:g}", *args)
     before = {k: process_cpu_seconds(pid) for k, pid in others.items()}
@@ -242,9 +246,7 @@ def bench_window(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) 
             for case in cases:
                 if case in FLOOR_CASES:
                     others = {"engine": eng.pid, "trainer": trainer.pid}
-                    r = run_window(
-                        name, workdir, case, args.seconds, args.warmup, ["--floor", FLOOR_CASES[case]], {}, others
-                    )
+                    r = run_window(name, workdir, case, args.seconds, args.warmup, [], {}, others, FLOOR_CASES[case])
                     results.setdefault(("headless", case), []).append(r)
                     continue
                 case_args, case_env = CASES[case]

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..protocol import messages as m
 from ..protocol.enums import ImageFormat, SimMode
-from ..protocol.errors import UsageError
+from ..protocol.errors import CommandTimeout, RemoteError, UsageError
 from ..protocol.header import MAX_ENVS, MAX_IMAGE_SIDE, MAX_VEC
 from .engine import FORMATS, MISBEHAVIOURS, EngineConfig, ReferenceEngine, plan_segment
 from .physics import MIN_OBS_SIZE
@@ -263,6 +263,21 @@ def _write_stats(path: str, engine: ReferenceEngine) -> None:
     os.replace(tmp, path)
 
 
+def choose_policy(name: str, obs_size: int, act_size: int, seed: int = 0) -> tuple[PDPolicy | RandomPolicy, str | None]:
+    """The trainer's policy ``name`` for an engine of these sizes, and a note when another one steps instead.
+
+    ``pd`` reads the reference cart-pole's observations; an engine with fewer (any engine may be
+    certified with this trainer) is stepped with ``random``.
+    """
+    if name == "pd" and obs_size < PDPolicy.OBS_NEEDED:
+        note = (
+            f"policy pd reads the reference cart-pole's {PDPolicy.OBS_NEEDED} observations and this engine "
+            f"has {obs_size}: stepping with --policy random instead"
+        )
+        return RandomPolicy(act_size, seed), note
+    return (PDPolicy(act_size) if name == "pd" else RandomPolicy(act_size, seed)), None
+
+
 def run_train(args: argparse.Namespace) -> int:
     """``lucky-monitor train``: step the engine with a policy, print progress once a second."""
     flag = StopFlag()
@@ -272,13 +287,21 @@ def run_train(args: argparse.Namespace) -> int:
             args.shm, timeout_s=args.timeout, allow_other_user=getattr(args, "allow_other_user", False)
         )
         try:
-            schema = client.get_schema()
-            print(
-                f"trainer pid {os.getpid()} attached to {args.shm}: {schema.num_envs} envs, "
-                f"obs {schema.observation_size}, act {schema.action_size}",
-                flush=True,
-            )
-            policy = PDPolicy(client.act_size) if args.policy == "pd" else RandomPolicy(client.act_size, args.seed)
+            sizes = f"{client.num_envs} envs, obs {client.obs_size}, act {client.act_size}"
+            if client.service_enabled(m.MethodId.GetAgentSchemaReq):
+                try:
+                    schema = client.get_schema()
+                except (RemoteError, CommandTimeout) as exc:  # every service is optional (LAYOUT §10.2)
+                    sizes += f" ({exc}; sizes from the header)"
+                else:
+                    sizes = f"{schema.num_envs} envs, obs {schema.observation_size}, act {schema.action_size}"
+            else:
+                sizes += " (the Agent service is off: sizes from the header)"
+            print(f"trainer pid {os.getpid()} attached to {args.shm}: {sizes}", flush=True)
+            policy, note = choose_policy(args.policy, client.obs_size, client.act_size, args.seed)
+            if note:
+                print(note, flush=True)
+            ask_joints = True
             obs = client.observe().obs
             t_report = time.monotonic()
             steps_at_report = 0
@@ -290,16 +313,24 @@ def run_train(args: argparse.Namespace) -> int:
                 now = time.monotonic()
                 if now - t_report >= 1.0:
                     # Once a second, like a real training loop's logging: read one env's
-                    # joint state over the command ring (traffic a monitor can see).
-                    joints = typing.cast(
-                        m.GetJointStateResp,
-                        client.request(m.MethodId.GetJointStateReq, m.GetJointStateReq(env_id=0)).payload,
-                    )
+                    # joint state over the command ring (traffic a monitor can see), where the engine offers it.
+                    q = ""
+                    if ask_joints and client.service_enabled(m.MethodId.GetJointStateReq):
+                        try:
+                            joints = typing.cast(
+                                m.GetJointStateResp,
+                                client.request(m.MethodId.GetJointStateReq, m.GetJointStateReq(env_id=0)).payload,
+                            )
+                        except (RemoteError, CommandTimeout) as exc:
+                            ask_joints = False  # an engine without it: stepping is what the trainer is for
+                            print(f"{exc}; not asked again", flush=True)
+                        else:
+                            q = f"  env 0 q {', '.join(f'{v:+.2f}' for v in joints.positions)}"
                     if not args.quiet:
                         rate = (client.steps - steps_at_report) / (now - t_report)
                         print(
                             f"step {client.steps}  {rate:7.0f} steps/s  mean reward {float(res.rewards.mean()):+.3f}  "
-                            f"dones {int(res.dones.sum())}  env 0 q {', '.join(f'{v:+.2f}' for v in joints.positions)}",
+                            f"dones {int(res.dones.sum())}{q}",
                             flush=True,
                         )
                     t_report, steps_at_report = now, client.steps

@@ -246,6 +246,13 @@ class SharedMemoryClient:
             m.GetAgentSchemaResp, self.request(m.MethodId.GetAgentSchemaReq, m.GetAgentSchemaReq()).payload
         )
 
+    def service_enabled(self, method: m.MethodId) -> bool:
+        """Whether the engine offers ``method`` now: its service is available and enabled (LAYOUT §10.2)."""
+        bit = m.SERVICE_OF_METHOD.get(method)
+        if bit is None:
+            return True
+        return bool(self.header.services_available >> bit & 1 and self.seg.counter("services_enabled") >> bit & 1)
+
     def reset(self, env_ids=None, contract: m.SimulationContract | None = None) -> None:
         """Reset ``env_ids`` (all if ``None``) at the next step.
 
@@ -278,8 +285,11 @@ class PDPolicy:
     def __init__(self, act_size: int) -> None:
         self.act_size = act_size
 
+    #: The observations the policy reads: the reference engine's cart-pole (x, ẋ, cos θ, sin θ, θ̇).
+    OBS_NEEDED = 5
+
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        x, xd, c, s, thd = (obs[:, i] for i in range(5))
+        x, xd, c, s, thd = (obs[:, i] for i in range(self.OBS_NEEDED))
         th = np.arctan2(s, c)  # 0 = upright
         energy = 0.5 * thd**2 + self.W2 * (c - 1.0)
         swing = np.clip(0.3 * energy * np.sign(c * thd + 1e-9), -1, 1) - 0.3 * x - 0.3 * xd

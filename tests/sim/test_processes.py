@@ -21,9 +21,13 @@ import numpy as np
 import pytest
 
 from lucky_monitor.core.monitor import LinkState, MonitorCore
+from lucky_monitor.protocol.enums import Service
 from lucky_monitor.protocol.errors import EngineDied
+from lucky_monitor.protocol.messages import MethodId
+from lucky_monitor.sim import engine as engine_mod
 from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
-from lucky_monitor.sim.trainer import SharedMemoryClient, TrainerBusy
+from lucky_monitor.sim.run import choose_policy
+from lucky_monitor.sim.trainer import PDPolicy, RandomPolicy, SharedMemoryClient, TrainerBusy
 from lucky_monitor.transport.shm import Segment, platform_kind, shm_path
 
 pytestmark = pytest.mark.skipif(platform_kind() != "dir", reason="needs /dev/shm to check unlinking")
@@ -305,3 +309,58 @@ def test_sim_replaces_a_killed_engines_leftover(subprocess_env) -> None:
         assert _readline(third) == name
         with Segment.attach(name) as seg:
             assert seg.header.server_pid == third.pid
+
+
+# ---------------------------------------------------------------------------- an engine with fewer services
+def test_choose_policy_steps_an_engine_without_the_cart_pole_s_observations_at_random() -> None:
+    policy, note = choose_policy("pd", obs_size=4, act_size=2)
+    assert isinstance(policy, RandomPolicy) and note is not None and "random" in note
+    assert policy(np.zeros((3, 4), np.float32)).shape == (3, 2)
+    policy, note = choose_policy("pd", obs_size=PDPolicy.OBS_NEEDED, act_size=1)
+    assert isinstance(policy, PDPolicy) and note is None
+    policy, note = choose_policy("random", obs_size=1, act_size=1)
+    assert isinstance(policy, RandomPolicy) and note is None
+
+
+@pytest.mark.timeout(90)
+def test_the_trainer_steps_an_engine_whose_agent_and_mujoco_services_are_off(subprocess_env) -> None:
+    """Every service is optional (LAYOUT §10.2): the trainer takes the sizes from the header and asks for no joints."""
+    with engine_thread(num_envs=4, hz=200.0) as eng:
+        mask = eng.seg.counter("services_enabled") & ~(1 << Service.AGENT | 1 << Service.MUJOCO)
+        eng.seg.set("services_enabled", mask)
+        r = subprocess.run(
+            [sys.executable, "-m", "lucky_monitor", "train", "--shm", eng.name, "--steps", "300"],
+            capture_output=True,
+            text=True,
+            env=subprocess_env,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        assert "Traceback" not in r.stderr
+        assert "the Agent service is off: sizes from the header" in r.stdout
+        assert "4 envs" in r.stdout and "trainer done after 300 steps" in r.stdout
+        assert "env 0 q" not in r.stdout  # GetJointState (MuJoCo) never asked
+        assert eng.message_counts()["main c2s"] == 0  # no request at all on the main ring
+
+
+@pytest.mark.timeout(90)
+def test_the_trainer_goes_on_stepping_when_the_engine_refuses_its_optional_requests(subprocess_env) -> None:
+    with engine_thread(num_envs=4, hz=200.0) as eng:
+
+        def refuse(pair: object, req: object) -> object:
+            raise engine_mod._Refused("request not supported by this engine")
+
+        eng._handlers[MethodId.GetAgentSchemaReq] = refuse
+        eng._handlers[MethodId.GetJointStateReq] = refuse
+        r = subprocess.run(
+            [sys.executable, "-m", "lucky_monitor", "train", "--shm", eng.name, "--steps", "600"],
+            capture_output=True,
+            text=True,
+            env=subprocess_env,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        assert "Traceback" not in r.stderr
+        assert "GetAgentSchemaReq: request not supported by this engine; sizes from the header" in r.stdout
+        assert r.stdout.count("GetJointStateReq: request not supported by this engine; not asked again") == 1
+        assert "trainer done after 600 steps" in r.stdout
