@@ -70,7 +70,7 @@ def _run(argv: list[str]) -> tuple[int, str, float, float]:
 
 @contextlib.contextmanager
 def _segment(kind: str) -> Iterator[tuple[str, int]]:
-    name = f"LuckyEngine_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    name = f"LuckyEngine_live_{uuid.uuid4().hex[:12]}"
     try:
         if kind == "silent":
             with child([sys.executable, "-c", _SILENT, name]) as writer:

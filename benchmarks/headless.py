@@ -55,7 +55,7 @@ def main() -> None:
     engines = [
         ReferenceEngine(
             EngineConfig(
-                name=f"LuckyEngine_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}",
+                name=f"LuckyEngine_hl_{uuid.uuid4().hex[:12]}",
                 num_envs=a.envs,
                 image=(w, h),
                 fmt="bgr",

@@ -212,7 +212,7 @@ def bench_window(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) 
     for case in cases:
         if case not in CASES and case not in FLOOR_CASES:
             raise SystemExit(f"unknown case {case!r} ({', '.join(DEFAULT_CASES)})")
-    name = f"LuckyEngine_bench_cpu_{os.getpid()}_{secrets.token_hex(3)}"
+    name = f"LuckyEngine_cpu_{secrets.token_hex(6)}"
     engine_argv = lucky("sim", "--name", name, "--envs", "64", "--image", "64x64")
     with (
         child(engine_argv, stderr_path=os.path.join(workdir, "engine.stderr")) as eng,
@@ -337,7 +337,7 @@ for _ in paced(60.0):
 def bench_trainer_ab(args: argparse.Namespace, workdir: str, facts: dict[str, Any]) -> None:
     from lucky_monitor.transport.shm import Segment
 
-    name = f"LuckyEngine_bench_ab_{os.getpid()}_{secrets.token_hex(3)}"
+    name = f"LuckyEngine_ab_{secrets.token_hex(6)}"
     engine_argv = lucky("sim", "--name", name, "--envs", "256", "--image", "64x64", "--fast")
     load_before = load_average()
     phases: dict[str, list[float]] = {"A": [], "B": []}

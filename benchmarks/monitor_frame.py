@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     facts = machine_facts()
     with tempfile.TemporaryDirectory(prefix="monitor_frame_") as workdir:
         for cfg in CONFIGS:
-            name = f"LuckyEngine_bench_frame_{os.getpid()}_{secrets.token_hex(3)}"
+            name = f"LuckyEngine_frame_{secrets.token_hex(6)}"
             with child(engine_argv(cfg, name), stderr_path=os.path.join(workdir, f"engine_{name}.stderr")) as eng:
                 if first_line(eng) != name:
                     raise SystemExit("engine announced another segment name")

@@ -60,7 +60,7 @@ def bench_one(n: int, h: int, w: int, factor: int, reps: int, quick: bool) -> No
     from lucky_monitor.transport.shm import EngineSegment, Segment
 
     th, tw = -(-h // factor), -(-w // factor)
-    name = f"LuckyEngine_bench_shrink_{os.getpid()}_{secrets.token_hex(3)}"
+    name = f"LuckyEngine_shrink_{secrets.token_hex(5)}"
     header = plan(num_envs=n, obs_size=8, act_size=2, image=(w, h, 3), server_pid=os.getpid(), session_id=7)
     eng = EngineSegment.create(name, header)
     sampler = None

@@ -132,7 +132,7 @@ def action_batches(cfg: Config, k: int = 8) -> list[np.ndarray]:
 
 # ---------------------------------------------------------------------------- children
 def segment_name(tag: str) -> str:
-    return f"LuckyEngine_bench_{tag}_{os.getpid()}_{secrets.token_hex(3)}"
+    return f"LuckyEngine_{tag[:5]}_{secrets.token_hex(6)}"
 
 
 def image_arg(cfg: Config) -> str:

@@ -554,6 +554,7 @@ def _cmd_check_live(args: argparse.Namespace, name: str, results: list[RuleResul
     rows = [
         {
             "id": ",".join(r.ids),
+            "ids": list(r.ids),
             "rule": r.rule,
             "status": LIVE_NA if r.status in (NA, SKIPPED) else r.status,
             "detail": r.detail,
@@ -602,7 +603,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 "ok": ok,
                 "error": None if err is None else str(err),
                 "counts": counts,
-                "rules": [dataclasses.asdict(r) for r in results],
+                # "id" as the --live report writes it (C11,C12 for a rule of several items); "ids" the list
+                "rules": [{"id": ",".join(r.ids), **dataclasses.asdict(r)} for r in results],
             }
         )
     else:

@@ -56,7 +56,7 @@ def one_error_line(err: str) -> str:
 
 
 def test_list_table_and_json(segment_factory, capsys) -> None:
-    prefix = f"LuckyEngine_cli_{os.getpid()}_{uuid.uuid4().hex[:6]}_"
+    prefix = f"LuckyEngine_c{uuid.uuid4().hex[:8]}_"
     live = segment_factory(prefix + "live")
     live.set("heartbeat_ns", time.monotonic_ns())
     stale = segment_factory(prefix + "stale", server_pid=dead_pid())
@@ -184,6 +184,7 @@ def test_check_all_pass(healthy, capsys) -> None:
     assert data["ok"] is True and data["error"] is None
     names = [r["rule"] for r in data["rules"]]
     assert all(r["ids"] and all(re.fullmatch(r"C\d+", i) for i in r["ids"]) for r in data["rules"])
+    assert all(r["id"] == ",".join(r["ids"]) for r in data["rules"])  # the --live report's key too
     for rule in (
         "magic",
         "version",

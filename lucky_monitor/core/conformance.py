@@ -115,6 +115,10 @@ class Subject:
         The attached segment; set before the live rules run.
     image_wait_s : float
         How long ``image_seq`` may stay odd before "image_seq even" fails.
+    truncated : bool
+        The file is shorter than a header.
+    name : str
+        The segment's name ("" when not known: "segment name" is then n/a).
     """
 
     header: Header
@@ -124,6 +128,7 @@ class Subject:
     seg: Any = None
     image_wait_s: float = 0.25
     truncated: bool = False
+    name: str = ""
 
     @cached_property
     def gap(self) -> tuple[int, int, int]:
@@ -293,6 +298,44 @@ def _region_names(h: Header) -> list[str]:
 # ---------------------------------------------------------------------------
 # Live rules
 # ---------------------------------------------------------------------------
+
+
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+#: The service bits the spec defines (LAYOUT §10.2): bits 8-31 of both masks are zero (C9).
+_SERVICE_BITS = 0xFF
+
+
+def _segment_name(s: Subject, _: str) -> Outcome:
+    from ..transport.shm import MAX_NAME_CHARS
+
+    name = s.name
+    if not name:
+        return NA, "name not known"
+    default = f"LuckyEngine_{s.header.server_pid}"
+    how = "the default LuckyEngine_<server_pid>" if name == default else f"an override (the default is {default})"
+    bad = sorted(set(name) - _NAME_CHARS)
+    if bad:
+        return FAIL, f"{name!r}: {bad[0]!r} is outside [A-Za-z0-9_.-]"
+    if len(name) > MAX_NAME_CHARS:
+        return FAIL, f"{name}: {len(name)} characters, at most {MAX_NAME_CHARS} (macOS allows 31 bytes with the '/')"
+    return PASS, f"{name}: {len(name)} characters, {how}"
+
+
+def _services(s: Subject, _: str) -> Outcome:
+    h = s.header
+    if not h.session_id:
+        return NA, "no extension block (session_id 0): no service masks"
+    avail = h.services_available
+    enabled = s.seg.read_counter("services_enabled")
+    problems = []
+    if avail & ~_SERVICE_BITS:
+        problems.append(f"services_available has bits above 7 set (0x{avail & ~_SERVICE_BITS:x})")
+    if enabled & ~_SERVICE_BITS:
+        problems.append(f"services_enabled has bits above 7 set (0x{enabled & ~_SERVICE_BITS:x})")
+    if enabled & ~avail & _SERVICE_BITS:
+        problems.append(f"services_enabled has bits not in services_available (0x{enabled & ~avail & _SERVICE_BITS:x})")
+    detail = f"services_available 0x{avail:02x}, services_enabled 0x{enabled:02x}"
+    return (FAIL, detail + ": " + "; ".join(problems)) if problems else (PASS, detail + ", enabled within available")
 
 
 def _reserved_zero(s: Subject, _: str) -> Outcome:
@@ -468,6 +511,8 @@ RULES: tuple[Rule, ...] = (
         "header",
         _validated(lambda e, s, i: isinstance(e, RegionError), lambda s, i: "no two regions overlap"),
     ),
+    Rule(("C2",), "segment name", "live", _segment_name),
+    Rule(("C9",), "service masks", "live", _services),
     Rule(("C10",), "reserved bytes zero", "live", _reserved_zero),
     Rule(("C5",), "segment_size matches the file", "live", _segment_size_matches),
     Rule(("C8",), "server pid alive", "live", _server_alive),
@@ -562,7 +607,7 @@ def run_check(
     except TruncatedSegment as exc:
         blank = Header.unpack(bytes(HEADER_SIZE))
         return evaluate(Subject(blank, bytes(HEADER_SIZE), 0, exc, truncated=True)), exc
-    subject = Subject(Header.unpack(raw), bytes(raw[:HEADER_SIZE]), size, image_wait_s=image_wait_s)
+    subject = Subject(Header.unpack(raw), bytes(raw[:HEADER_SIZE]), size, image_wait_s=image_wait_s, name=name)
     try:
         hdr.validate(raw, mapped_size=size)
     except HeaderError as exc:

@@ -44,11 +44,11 @@ from ..protocol import header as hdr
 from ..protocol import messages as m
 from ..protocol.enums import EngineState, GpuObsMode, ImageFormat, Service, SimMode
 from ..protocol.envelope import Envelope, decode, encode, error_response
-from ..protocol.errors import EnvelopeError, LuckyMonitorError, RingCorrupt, RingFull
+from ..protocol.errors import EnvelopeError, LuckyMonitorError, RingCorrupt, RingFull, UsageError
 from ..protocol.ring import RingReader, RingWriter, max_payload
 from ..transport.cuda import DeviceObs
 from ..transport.discovery import pid_alive
-from ..transport.shm import EngineSegment, SegmentExists, check_segment_size, peek_header
+from ..transport.shm import MAX_NAME_CHARS, EngineSegment, SegmentExists, check_segment_size, peek_header
 from .physics import CartPoleBatch, Contract
 from .render import CAMERAS, Renderer
 
@@ -211,6 +211,11 @@ class ReferenceEngine:
         self._mis = frozenset(cfg.misbehave)
         self.cfg = cfg
         self.name = cfg.name or f"LuckyEngine_{os.getpid()}"
+        if len(self.name) > MAX_NAME_CHARS:  # a reader accepts longer names; an engine may not use them
+            raise UsageError(
+                f"segment name {self.name!r} is {len(self.name)} characters; an engine's name has at most "
+                f"{MAX_NAME_CHARS} (LAYOUT §1.1, C2: macOS allows 31 bytes with the '/')"
+            )
         channels = cfg.channels
         image = (cfg.image[0], cfg.image[1], channels) if cfg.image else None
         # The size check comes first: no per-env buffer is allocated for a segment that is refused.

@@ -86,6 +86,7 @@ from ..protocol.header import HEADER_SIZE, LIVE_FIELDS, Header
 from ..protocol.ring import init_ring
 
 __all__ = [
+    "MAX_NAME_CHARS",
     "MAX_SEGMENT_BYTES",
     "EngineSegment",
     "InvalidSegmentName",
@@ -107,6 +108,9 @@ __all__ = [
 ]
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,200}")
+#: The longest name an engine may give its segment (LAYOUT §1.1, C2: macOS' 31-byte POSIX limit with the
+#: leading "/"). Readers accept up to 200 characters (whatever a file system holds); engines stay within 30.
+MAX_NAME_CHARS = 30
 SHM_DIR = "/dev/shm"  # noqa: S108 - the POSIX shared-memory directory, not a temp dir
 #: The largest segment :meth:`EngineSegment.create` makes: 4 GiB. Shared memory is RAM, and the
 #: reference engine keeps a private copy of the image region besides; a configuration past this

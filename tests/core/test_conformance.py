@@ -88,3 +88,48 @@ def test_live_rules_are_skipped_without_a_segment() -> None:
     live = {name for rule in RULES if rule.stage == "live" for _, name in rule.expand(h)}
     assert {r.status for r in results if r.rule in live} == {SKIPPED}
     assert {r.status for r in results if r.rule not in live} <= {PASS, NA}
+
+
+@needs_dev_shm
+def test_segment_name_rule_holds_engines_to_30_characters_of_the_charset(segment_factory) -> None:
+    """C2: readers accept longer names (up to 200); an engine's may have at most 30 characters."""
+    long_name = "LuckyEngine_" + "x" * 25  # 37 characters
+    status, detail = statuses(segment_factory(long_name).name)["segment name"]
+    assert status == FAIL and "37 characters, at most 30" in detail
+    ok = segment_factory()
+    status, detail = statuses(ok.name)["segment name"]
+    assert status == PASS and "an override" in detail and f"LuckyEngine_{os.getpid()}" in detail
+    default = segment_factory(f"LuckyEngine_{os.getpid()}")
+    status, detail = statuses(default.name)["segment name"]
+    assert status == PASS and "the default LuckyEngine_<server_pid>" in detail
+
+
+@needs_dev_shm
+@pytest.mark.parametrize(
+    ("plan_kw", "enabled", "text"),
+    [
+        ({"services_available": 0x1E0}, None, "services_available has bits above 7 set (0x100)"),
+        ({}, 0x1FF, "services_enabled has bits above 7 set (0x100)"),
+        ({"services_available": 0x21}, 0x23, "services_enabled has bits not in services_available (0x2)"),
+    ],
+)
+def test_service_masks_rule_fails_bits_the_spec_does_not_define(segment_factory, plan_kw, enabled, text) -> None:
+    """C9: bits 8-31 of both masks are zero, and services_enabled is within services_available."""
+    eng = segment_factory(**plan_kw)
+    if enabled is not None:
+        eng.set("services_enabled", enabled)
+    status, detail = statuses(eng.name)["service masks"]
+    assert status == FAIL and text in detail
+
+
+@needs_dev_shm
+def test_service_masks_rule_passes_a_subset_and_needs_the_extension_block(segment_factory) -> None:
+    eng = segment_factory(services_available=0x21)
+    eng.set("services_enabled", 0x01)
+    assert statuses(eng.name)["service masks"] == (
+        PASS,
+        "services_available 0x21, services_enabled 0x01, enabled within available",
+    )
+    old = segment_factory(session_id=0)
+    status, detail = statuses(old.name)["service masks"]
+    assert status == NA and "session_id 0" in detail

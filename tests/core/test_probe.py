@@ -51,7 +51,7 @@ DEADLINE = "3"  # generous: the reference engine answers in a few ms
 
 
 def _name() -> str:
-    return f"LuckyEngine_probe_{os.getpid()}_{uuid.uuid4().hex[:10]}"
+    return f"LuckyEngine_probe_{uuid.uuid4().hex[:12]}"
 
 
 def _readline(proc: subprocess.Popen, timeout: float = 60.0) -> str:
@@ -139,7 +139,7 @@ def test_reference_engine_free_running_passes_every_rule(subprocess_env, capsys)
     assert report["ok"] and report["live"]
     rows = live_rows(report)
     assert [r["id"] for r in rows.values()] == [rid for rid, _ in LIVE_RULES]
-    assert all(set(r) == {"id", "rule", "status", "detail"} for r in report["rules"])
+    assert all(set(r) == {"id", "ids", "rule", "status", "detail"} for r in report["rules"])
     assert {r["status"] for r in report["rules"]} <= {"pass", "na"}
     # free-run: no turn to judge, and the report says why
     assert rows["C20"]["status"] == rows["C43"]["status"] == "na"

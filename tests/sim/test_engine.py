@@ -33,7 +33,7 @@ from lucky_monitor.sim.engine import EngineConfig, ReferenceEngine
 from lucky_monitor.sim.physics import STATE_FEATURES
 from lucky_monitor.sim.render import CAMERAS, Renderer
 from lucky_monitor.sim.trainer import SharedMemoryClient
-from lucky_monitor.transport.shm import Segment, SegmentExists, TrainerSegment
+from lucky_monitor.transport.shm import Segment, SegmentExists, TrainerSegment, shm_path
 from lucky_monitor.transport.tools import ToolsChannel
 
 pytestmark = pytest.mark.timeout(60)
@@ -46,7 +46,7 @@ POLE_LENGTH_COL, POLE_MASS_COL, CART_MASS_COL, FRICTION_COL = TIME_COL + 1, TIME
 
 
 def _name() -> str:
-    return f"LuckyEngine_eng_{os.getpid()}_{uuid.uuid4().hex[:10]}"
+    return f"LuckyEngine_eng_{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture
@@ -970,3 +970,15 @@ def test_train_subcommand_steps_and_detaches(make_engine, capsys) -> None:
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"trainer pid {os.getpid()} attached to {eng.name}: {N_ENVS} envs")
     assert out[-1] == "trainer done after 25 steps"
+
+
+def test_the_reference_engine_names_its_segment_with_at_most_30_characters(capsys) -> None:
+    """LAYOUT §1.1 (C2): 30 characters keep macOS' 31-byte POSIX limit; nothing is created for a longer name."""
+    name = "LuckyEngine_" + "n" * 19  # 31 characters
+    with pytest.raises(LuckyMonitorError, match="31 characters; an engine's name has at most 30"):
+        ReferenceEngine(EngineConfig(name=name, num_envs=1, image=None))
+    assert not os.path.exists(shm_path(name))
+    assert cli_main(["sim", "--name", name, "--envs", "1", "--image", "none"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "at most 30" in err and "Traceback" not in err
+    assert not os.path.exists(shm_path(name))

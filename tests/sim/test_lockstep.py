@@ -32,7 +32,7 @@ ECHO = slice(STATE_FEATURES, STATE_FEATURES + ACT)
 
 
 def _name() -> str:
-    return f"LuckyEngine_ls_{os.getpid()}_{uuid.uuid4().hex[:10]}"
+    return f"LuckyEngine_ls_{uuid.uuid4().hex[:12]}"
 
 
 @contextlib.contextmanager

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(platform_kind() != "dir", reason="needs /dev/shm
 
 
 def _name() -> str:
-    return f"LuckyEngine_proc_{os.getpid()}_{uuid.uuid4().hex[:10]}"
+    return f"LuckyEngine_proc_{uuid.uuid4().hex[:12]}"
 
 
 def _unlink(name: str) -> None:

@@ -32,7 +32,7 @@ def beat(seg, age_s: float = 0.0) -> None:
 
 @pytest.fixture
 def prefix() -> str:
-    return f"LuckyEngine_disc_{os.getpid()}_{uuid.uuid4().hex[:8]}_"
+    return f"LuckyEngine_d{uuid.uuid4().hex[:8]}_"
 
 
 def test_pid_alive_basics() -> None:

@@ -59,7 +59,7 @@ _serial = itertools.count()
 
 
 def engine_name() -> str:
-    return f"{PREFIX}{os.getpid()}_{next(_serial)}_{uuid.uuid4().hex[:8]}"
+    return f"{PREFIX}{next(_serial)}_{uuid.uuid4().hex[:10]}"  # at most 30 characters (LAYOUT C2)
 
 
 def small_config(**kw: object) -> EngineConfig:
