@@ -180,6 +180,7 @@ class _Pair:
         self.requests = requests
         self.responses = responses
         self.telemetry: tuple[int, int, int] | None = None  # (env, decimation, correlation id)
+        self.camera: int | None = None  # correlation id of the StreamCameraReq whose pushes this pair gets
         self.corrupt = 0
         self.dropped_pushes = 0
         self.received = 0  # entries taken off the request ring (a monitor's tap should see each)
@@ -457,9 +458,25 @@ class ReferenceEngine:
         seq = seg.counter("image_seq")
         seg.set("image_seq", seq + 1)  # odd: writing
         np.copyto(seg.images, self._image_buf)
-        seg.set("image_frame_seq", frame + (3 if "image-frame-ahead" in self._mis else 0))
+        image_frame = frame + (3 if "image-frame-ahead" in self._mis else 0)
+        seg.set("image_frame_seq", image_frame)
         seg.set("image_seq", seq + 2)  # even: stable
         self.images_published += 1
+        self._push_camera(image_frame)
+
+    def _push_camera(self, image_frame: int) -> None:
+        """One ``CameraImageFrame`` per published image to each pair streaming the camera (metadata only)."""
+        renderer = self.renderer
+        streaming = [p for p in self.pairs if p.camera is not None]
+        if not streaming or renderer is None:
+            return
+        w, h = self.cfg.image or (0, 0)
+        frame = m.CameraImageFrame(
+            camera_name=renderer.camera, frame_seq=image_frame, env_id=0, width=w, height=h, channels=self.cfg.channels
+        )
+        for pair in streaming:
+            assert pair.camera is not None
+            self._push(pair, Envelope(m.MethodId.CameraImageFrame, pair.camera, frame, ""))
 
     def render_now(self) -> None:
         """Re-render the images for the current frame (used after a debug draw while idle)."""
@@ -822,6 +839,8 @@ class ReferenceEngine:
             raise _Refused("this engine has no image region")
         if req.stop:
             self.camera_fps = -1.0  # never due
+            for p in self.pairs:
+                p.camera = None
             return m.StreamCameraResp(streaming=False)
         if req.camera_name:
             if req.camera_name not in CAMERAS:
@@ -829,6 +848,8 @@ class ReferenceEngine:
             self.renderer.camera = req.camera_name
         self.camera_fps = float(req.fps)  # the schema: 0 = every step
         self.render_now()
+        # Pushes start with the next image, after this response: each echoes this request's correlation id.
+        pair.camera = self._current_cid
         w, h = self.cfg.image or (0, 0)
         return m.StreamCameraResp(streaming=True, width=w, height=h)
 

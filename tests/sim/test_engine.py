@@ -544,6 +544,37 @@ def test_stream_camera_switches_camera_and_stops(make_engine, tools_for) -> None
     assert seg.counter("image_frame_seq") == seg.counter("frame_seq")
 
 
+def test_stream_camera_pushes_one_image_frame_per_published_image(make_engine, tools_for) -> None:
+    """LAYOUT §10.1 streams: after the StreamCameraResp, one CameraImageFrame per image, echoing the request's id."""
+    eng = make_engine()
+    tools = tools_for(eng)
+    seg = eng.seg
+    step_once(eng)
+    assert tools.pushes() == []  # no stream asked for: no pushes
+    cid = tools.client.send(MethodId.StreamCameraReq, m.StreamCameraReq(camera_name="top"))
+    eng.serve_commands()
+    (resp,) = tools.pushes()  # the response first; the image its handler rendered is not pushed
+    assert resp.method == MethodId.StreamCameraResp and resp.correlation_id == cid and resp.payload.streaming
+    for _ in range(3):
+        before = seg.counter("image_seq")
+        step_once(eng)
+        assert seg.counter("image_seq") == before + 2
+        (push,) = tools.pushes()
+        assert push.method == MethodId.CameraImageFrame and push.correlation_id == cid
+        p = push.payload
+        assert p.camera_name == "top" and p.frame_seq == seg.counter("image_frame_seq") == seg.counter("frame_seq")
+        assert (p.width, p.height, p.channels, p.env_id) == (W, H, 3, 0)
+    tools.ok(MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=m.Service.CAMERA, enabled=False))
+    step_once(eng)
+    assert [e.method for e in tools.pushes()] == []  # no image, no push
+    tools.ok(MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=m.Service.CAMERA, enabled=True))
+    step_once(eng)
+    assert [e.method for e in tools.pushes()] == [MethodId.CameraImageFrame]
+    assert not tools.ok(MethodId.StreamCameraReq, m.StreamCameraReq(stop=True)).streaming
+    step_once(eng)
+    assert tools.pushes() == []
+
+
 # ---------------------------------------------------------------------------- services
 def test_disabling_camera_stops_images_and_refuses_its_requests(make_engine, tools_for) -> None:
     eng = make_engine()
