@@ -551,7 +551,7 @@ def _cmd_check_live(args: argparse.Namespace, name: str, results: list[RuleResul
     live = run_live_probe(name, seconds=args.seconds, deadline_s=args.deadline, allow_other_user=args.allow_other_user)
     elapsed = time.monotonic() - t0
     # One vocabulary in the live report: pass, fail, na ("skipped" cannot happen on a valid header).
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": ",".join(r.ids),
             "ids": list(r.ids),
