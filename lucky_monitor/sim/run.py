@@ -95,7 +95,7 @@ def format_for_channels(channels: int) -> str:
 
 
 def add_sim_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--name", help="segment name (default LuckyEngine_<pid>, or $LUCKY_SHM_NAME)")
+    p.add_argument("--name", help="segment name, at most 30 characters (default LuckyEngine_<pid>, or $LUCKY_SHM_NAME)")
     p.add_argument("--envs", type=int, default=64, help=f"number of envs (1..{MAX_ENVS}, default 64)")
     p.add_argument(
         "--obs", type=int, default=16, help=f"floats per observation ({MIN_OBS_SIZE}..{MAX_VEC}, default 16)"
