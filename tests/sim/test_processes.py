@@ -322,21 +322,27 @@ def test_choose_policy_steps_an_engine_without_the_cart_pole_s_observations_at_r
     assert isinstance(policy, RandomPolicy) and note is None
 
 
+def _train_ok(name: str, steps: int, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``lucky-monitor train --steps STEPS`` to the end: exit 0, no traceback."""
+    r = subprocess.run(
+        [sys.executable, "-m", "lucky_monitor", "train", "--shm", name, "--steps", str(steps)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    return r
+
+
 @pytest.mark.timeout(90)
 def test_the_trainer_steps_an_engine_whose_agent_and_mujoco_services_are_off(subprocess_env) -> None:
     """Every service is optional (LAYOUT §10.2): the trainer takes the sizes from the header and asks for no joints."""
     with engine_thread(num_envs=4, hz=200.0) as eng:
         mask = eng.seg.counter("services_enabled") & ~(1 << Service.AGENT | 1 << Service.MUJOCO)
         eng.seg.set("services_enabled", mask)
-        r = subprocess.run(
-            [sys.executable, "-m", "lucky_monitor", "train", "--shm", eng.name, "--steps", "300"],
-            capture_output=True,
-            text=True,
-            env=subprocess_env,
-            timeout=60,
-        )
-        assert r.returncode == 0, r.stderr
-        assert "Traceback" not in r.stderr
+        r = _train_ok(eng.name, 300, subprocess_env)
         assert "the Agent service is off: sizes from the header" in r.stdout
         assert "4 envs" in r.stdout and "trainer done after 300 steps" in r.stdout
         assert "env 0 q" not in r.stdout  # GetJointState (MuJoCo) never asked
@@ -352,15 +358,7 @@ def test_the_trainer_goes_on_stepping_when_the_engine_refuses_its_optional_reque
 
         eng._handlers[MethodId.GetAgentSchemaReq] = refuse
         eng._handlers[MethodId.GetJointStateReq] = refuse
-        r = subprocess.run(
-            [sys.executable, "-m", "lucky_monitor", "train", "--shm", eng.name, "--steps", "600"],
-            capture_output=True,
-            text=True,
-            env=subprocess_env,
-            timeout=60,
-        )
-        assert r.returncode == 0, r.stderr
-        assert "Traceback" not in r.stderr
+        r = _train_ok(eng.name, 600, subprocess_env)
         assert "GetAgentSchemaReq: request not supported by this engine; sizes from the header" in r.stdout
         assert r.stdout.count("GetJointStateReq: request not supported by this engine; not asked again") == 1
         assert "trainer done after 600 steps" in r.stdout
