@@ -41,6 +41,7 @@ and prints nothing.
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from ..protocol.enums import EngineState, Service, SimMode
 from ..protocol.envelope import Envelope, decode, encode
 from ..protocol.errors import (
     EnvelopeError,
+    LuckyMonitorError,
     RingCorrupt,
     ToolsChannelBusy,
     ToolsChannelUnavailable,
@@ -945,7 +947,12 @@ def run_live_probe(
             finally:
                 gone = seg.still_valid()
                 if gone is None:
-                    probe.restore()
+                    interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)
+                    try:
+                        probe.restore()
+                    except LuckyMonitorError:
+                        if not interrupted:  # after Ctrl-C the interrupt is what ends the check (exit 130)
+                            raise
             session.close()
             if gone is not None or seg.still_valid() is not None:
                 raise UnavailableError(f"{name}: {gone or seg.still_valid()} during the live check")

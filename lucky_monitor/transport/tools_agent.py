@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -409,6 +410,10 @@ def _serve(argv: list[str]) -> int:
     from .tools import ToolsChannel
 
     name, ino, dev, sid, pid, allow = argv
+    # The monitor ends this helper by closing its stdin. A Ctrl-C in the terminal reaches the whole
+    # process group: the monitor then still needs the channel to restore what it changed (check --live).
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     out = sys.stdout.buffer
     infd = sys.stdin.fileno()
     chan: ToolsChannel | None = None
