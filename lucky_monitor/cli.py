@@ -19,6 +19,7 @@ import os
 import re
 import sys
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -78,9 +79,23 @@ def subcommand(name: str, help: str, configure: Configure | None = None) -> Call
     return deco
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the command line's one-line errors: ``lucky-monitor: error: check: ...`` and exit 2.
+
+    argparse's own error prints the whole usage block before the message; here the message
+    names the subcommand and where its usage is (``--help``). Subcommand parsers are made
+    of this class too (``add_subparsers`` uses the parent's class).
+    """
+
+    def error(self, message: str) -> typing.NoReturn:
+        sub = self.prog[len(PROG) :].strip() if self.prog.startswith(PROG) else self.prog
+        _error(f"{sub + ': ' if sub else ''}{message} (usage: {self.prog} --help)")
+        raise SystemExit(EXIT_USAGE)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full parser: global options plus every registered subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Monitor LuckyEngine runs over the LRBC shared-memory transport.",
     )
@@ -111,7 +126,7 @@ def add_window_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--columns",
-        type=int,
+        type=_columns,
         default=None,
         help="image grid columns (default: auto, the count that shows the tiles largest in the view)",
     )
@@ -191,6 +206,18 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _seconds_or_zero(text: str) -> float:
+    return _in_range(text, float, 0, 3600, "seconds, 0 to 3600")
+
+
+def _step_count(text: str) -> int:
+    return int(_in_range(text, int, 0, 2**63 - 1, "0 or more steps"))
+
+
+def _columns(text: str) -> int:
+    return int(_in_range(text, int, 1, hdr.MAX_ENVS, f"a whole number of columns from 1 to {hdr.MAX_ENVS}"))
+
+
 def _no_subcommand(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``lucky-monitor`` without a subcommand opens the monitor window."""
     if args.screenshot and not args.quit_after:
@@ -258,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # quiet flush at exit
         return EXIT_OK
     except OSError as exc:
-        _error(exc.strerror or str(exc))
+        where = exc.filename if isinstance(exc.filename, str) else None
+        _error(f"{where}: {exc.strerror or exc}" if where else exc.strerror or str(exc))
         return EXIT_FAILED
     except KeyboardInterrupt:
         # Ctrl-C before the window (or sim, train, demo) installed its own handler, e.g. while
@@ -507,7 +535,7 @@ def _check_args(p: argparse.ArgumentParser) -> None:
     _name_arg(p)
     p.add_argument(
         "--image-wait",
-        type=float,
+        type=_seconds_or_zero,
         default=0.25,
         metavar="SECONDS",
         help="how long image_seq may stay odd (default 0.25)",
@@ -644,7 +672,7 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
 
 def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shm", metavar="NAME", required=True, help="segment of the engine to drive")
-    p.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: until Ctrl-C)")
+    p.add_argument("--steps", type=_step_count, default=None, help="stop after this many steps (default: until Ctrl-C)")
     p.add_argument("--policy", choices=("pd", "random"), default="pd", help="pd: swing-up controller (default)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
     p.add_argument(
@@ -799,8 +827,10 @@ def _snapshot_args(p: argparse.ArgumentParser) -> None:
     "snapshot", "write the image region (the grid, or one env) to a PNG, exact pixels, no display", _snapshot_args
 )
 def _cmd_snapshot(args: argparse.Namespace) -> int:
+    from .core.outputs import check_output_path
     from .headless.snapshot import run_snapshot
 
+    check_output_path(args.output, "-o", "snapshot.png")  # a usage error first, whatever the segment
     return run_snapshot(args, _precheck(args.name, args.allow_other_user))
 
 
@@ -813,8 +843,10 @@ def _record_args(p: argparse.ArgumentParser) -> None:
 
 @subcommand("record", "record the image grid (or one env) to a video file, until --seconds or Ctrl-C", _record_args)
 def _cmd_record(args: argparse.Namespace) -> int:
+    from .core.outputs import check_output_path
     from .headless.record import run_record
 
+    check_output_path(args.output, "-o", "recording.mp4")  # a usage error first, whatever the segment
     return run_record(args, _precheck(args.name, args.allow_other_user))
 
 

@@ -169,6 +169,10 @@ def check_demo_args(args: argparse.Namespace) -> None:
     config_from_args(args)
     if args.screenshot and not args.quit_after:
         raise UsageError("--screenshot needs --quit-after SECONDS")
+    if args.headless:
+        for option, value in (("--screenshot", args.screenshot), ("--stats-json", getattr(args, "stats_json", None))):
+            if value:
+                raise UsageError(f"{option} describes the window, and --headless opens none")
     if args.screenshot and not args.headless:
         from .ui.app import check_screenshot_path  # Qt-free until a window opens
 

@@ -367,7 +367,13 @@ def test_subprocess_exit_codes_without_traceback(shm_name: str, subprocess_env) 
     assert bad.returncode == 2
     one_error_line(bad.stderr)
     usage = _run(["info", "--bogus"], subprocess_env)
-    assert usage.returncode == 2 and "Traceback" not in usage.stderr and "usage:" in usage.stderr
+    assert usage.returncode == 2 and "Traceback" not in usage.stderr
+    assert one_error_line(usage.stderr) == (
+        "lucky-monitor: error: unrecognized arguments: --bogus (usage: lucky-monitor --help)"
+    )
+    unknown = _run(["bogus"], subprocess_env)
+    assert unknown.returncode == 2
+    assert "invalid choice: 'bogus'" in one_error_line(unknown.stderr)
     with open(shm_path(shm_name), "wb") as f:
         f.write(b"\xff" * 8192)
     corrupt = _run(["info", shm_name], subprocess_env)

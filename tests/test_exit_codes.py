@@ -144,7 +144,16 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
         (["demo", "--screenshot", "/no/such/dir/shot.png", "--quit-after", "1"], "does not exist"),
         (["info", ".."], "'..' names a directory, not a segment"),
         (["info", "a/b"], "'/' is not allowed"),
-        (["info", "--bogus"], None),
+        (["info", "--bogus"], "unrecognized arguments: --bogus (usage: lucky-monitor --help)"),
+        (["bogus"], "invalid choice: 'bogus'"),
+        (["check", "LuckyEngine_not_needed", "--image-wait", "-1"], "check: argument --image-wait: '-1' must be"),
+        (["check", "LuckyEngine_not_needed", "--image-wait", "nan"], "'nan' must be seconds"),
+        (["train", "--shm", "LuckyEngine_not_needed", "--steps", "-5"], "train: argument --steps: '-5' must be"),
+        (["--columns", "0"], "argument --columns: '0' must be a whole number of columns from 1 to 4096"),
+        (["demo", "--columns", "-1"], "demo: argument --columns: '-1'"),
+        (["demo", "--policy", "foo"], "demo: argument --policy: invalid choice: 'foo'"),
+        (["demo", "--headless", "--stats-json", "stats.json"], "--stats-json describes the window"),
+        (["demo", "--headless", "--screenshot", "shot.png", "--quit-after", "1"], "--screenshot describes the window"),
     ],
 )
 def test_2_usage(argv: list[str], text: str | None, capsys) -> None:
@@ -166,6 +175,36 @@ def test_2_screenshot_into_a_directory_or_an_unwritable_one(tmp_path, capsys) ->
         locked.mkdir(mode=0o500)
         assert main(["--screenshot", str(locked / "x.png"), "--quit-after", "1"]) == EXIT_USAGE
         assert "not writable" in one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--screenshot", "/proc/lucky_shot.png", "--quit-after", "1"],
+        ["snapshot", "LuckyEngine_not_needed", "-o", "/proc/lucky_shot.png"],
+        ["sim", "--name", "LuckyEngine_statsproc", "--steps", "1", "--stats-json", "/proc/lucky_stats.json"],
+    ],
+)
+def test_2_an_output_file_the_system_refuses_is_named_before_any_work(argv: list[str], capsys) -> None:
+    """/proc passes the permission bits for root but refuses a new file: the file is tried, not the bits."""
+    before = shm_files()
+    assert main(argv) == EXIT_USAGE
+    line = one_error_line(capsys.readouterr().err)
+    assert "/proc/lucky_" in line and ("cannot be written" in line or "not writable" in line), line
+    assert shm_files() == before  # sim refused it before its segment existed
+
+
+def test_2_an_output_file_is_tried_without_changing_or_leaving_anything(tmp_path) -> None:
+    from lucky_monitor.core.outputs import check_output_path
+
+    new = tmp_path / "new.json"
+    check_output_path(str(new), "--stats-json")
+    assert not new.exists()
+    kept = tmp_path / "kept.json"
+    kept.write_bytes(b"old")
+    check_output_path(str(kept), "--stats-json")
+    assert kept.read_bytes() == b"old"
 
 
 def test_2_segment_over_the_size_limit_is_refused_before_anything_exists(capsys) -> None:

@@ -24,7 +24,8 @@ def check_output_path(path: str, option: str, example: str = "") -> None:
     Raises
     ------
     UsageError
-        ``path`` is a directory, or its directory is missing or not writable.
+        ``path`` is a directory, its directory is missing or not writable, or the file
+        cannot be opened for writing there.
     """
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
@@ -34,3 +35,17 @@ def check_output_path(path: str, option: str, example: str = "") -> None:
         raise UsageError(f"{option} {path!r}: directory {parent!r} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{option} {path!r}: directory {parent!r} is not writable")
+    # The permission bits do not say everything (root passes them; /proc, /sys and read-only mounts refuse
+    # a new file anyway): open the file for appending, which changes nothing in one that exists, and
+    # remove it again when this made it.
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{option} {path!r} cannot be written: {exc.strerror or exc}") from None
+    if not existed:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..core.outputs import check_output_path
 from ..protocol import messages as m
 from ..protocol.enums import ImageFormat, SimMode
 from ..protocol.errors import CommandTimeout, RemoteError, UsageError
@@ -240,11 +241,7 @@ def run_sim(args: argparse.Namespace, *, announce: Callable[[str], None] | None 
 
 def _check_stats_path(path: str) -> None:
     """Refuse a ``--stats-json`` file that could not be written, before the segment exists."""
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise UsageError(f"--stats-json {path!r} is a directory; give a file name")
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-        raise UsageError(f"--stats-json {path!r}: directory {parent!r} is missing or not writable")
+    check_output_path(path, "--stats-json", "sim.json")
 
 
 def _write_stats(path: str, engine: ReferenceEngine) -> None:
