@@ -266,6 +266,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self.alarm_button.clicked.connect(self.show_inspector)
         self._alarm_version = -1
         self._next_alarms = 0.0
+        # The state takes what the counters leave: a TextLine's hint is the widest text it ever showed (a long
+        # reason once), which would squeeze the rates and the budget to an ellipsis at 1280 px for good.
+        self.state_label.setSizePolicy(QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred)
         self.statusBar().addWidget(self.state_label, 1)
         self.statusBar().addPermanentWidget(self.alarm_button)
         self.statusBar().addPermanentWidget(self.rate_label)

@@ -29,7 +29,7 @@ from .text_line import TextLine
 
 COLUMNS = ("time", "direction", "method", "correlation", "bytes", "latency", "error")
 #: Header texts, compact so that all columns fit the dock's default width (the full names are tooltips).
-HEADERS = ("time", "dir", "method", "corr", "bytes", "lat ms", "err")
+HEADERS = ("time", "dir", "method", "corr", "bytes", "ms", "err")
 _HEADER_TIPS = (
     "time: seconds since the first entry",
     "direction: T trainer, E engine, M this monitor (T→E: trainer to engine)",
@@ -39,7 +39,8 @@ _HEADER_TIPS = (
     "latency: request → response, in milliseconds, from the producers' sent_ns stamps",
     "error",
 )
-UNKNOWN_LATENCY = "unknown"
+#: A latency that cannot be known (a producer without ``sent_ns``): the reason is the cell's tooltip.
+UNKNOWN_LATENCY = "?"
 #: Compact direction texts (the full one, e.g. "engine → monitor", is the cell's tooltip).
 SHORT_DIRECTIONS = {
     ("main", "c2s"): "T→E",
@@ -48,7 +49,23 @@ SHORT_DIRECTIONS = {
     ("tools", "s2c"): "E→M",
 }
 #: The widest text each fixed column must show whole: its width comes from the font.
-_WIDEST = {0: "8888.8", 1: "M→E", 3: "8888:88", 4: "88888", 5: UNKNOWN_LATENCY, 6: "err"}
+_WIDEST = {0: "8888.8", 1: "M→E", 3: "8888:88", 4: "88888", 5: "888.88", 6: "err"}  # 5: a digit spare
+
+
+def latency_text(latency_s: float) -> str:
+    """A latency in milliseconds in at most five characters: ``2.743``, ``12.50``, ``250.0``, ``1234``.
+
+    Four significant digits up to a second, whole milliseconds above, ``>100s`` past 100 s (the cell's
+    tooltip has the exact value).
+    """
+    ms = latency_s * 1e3
+    if ms < 9.9995:
+        return f"{ms:.3f}"
+    if ms < 99.995:
+        return f"{ms:.2f}"
+    if ms < 999.95:
+        return f"{ms:.1f}"
+    return f"{ms:.0f}" if ms < 99_999.5 else ">100s"
 
 
 def correlation_text(cid: int) -> str:
@@ -163,7 +180,7 @@ class TrafficModel(QtCore.QAbstractTableModel):
     def _row_texts(self, row: int) -> tuple[str, ...]:
         e = self._rows[row]
         if e.latency_s is not None:
-            latency = f"{e.latency_s * 1e3:.3f}"
+            latency = latency_text(e.latency_s)
         else:
             latency = UNKNOWN_LATENCY if e.unknown_latency else ""
         texts = (
@@ -240,9 +257,10 @@ class TrafficView(QtWidgets.QWidget):
         self.table.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setAlternatingRowColors(True)
         # Every column visible at the dock's default width: compact texts, widths from the font,
-        # the method column takes what is left and elides in the middle (Req/Resp stays readable).
+        # the method column takes what is left and elides at the right: the name's start says which
+        # method it is, the direction column whether it is a request (→E) or what came back (E→).
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.table.setWordWrap(False)
         font = QtGui.QFont(self.table.font())
         font.setPointSizeF(max(font.pointSizeF() * 0.9, 8.0))  # a dense table: one step below the window's text
@@ -341,17 +359,21 @@ class TrafficView(QtWidgets.QWidget):
             self.stats_label.setText("no segment")
             self.problem_label.setVisible(False)
             return
-        parts = []
+        # Compact, so that it fits the dock's default width: "main c2s 27 s2c 27 · tools c2s 1 s2c 1 · shown 54/54"
+        # (a ring's problems follow its count; the whole line is the tooltip when the dock is narrower).
+        pairs: dict[str, list[str]] = {}
         for ring, count in st.messages.items():
-            text = f"{ring}: {count}"
+            pair, _, direction = ring.rpartition(" ")
+            text = f"{direction} {count}"
             if st.missed_bytes.get(ring):
                 text += f" (missed {st.missed_bytes[ring]} B)"
             if st.corrupt.get(ring):
                 text += f" ({st.corrupt[ring]} corrupt)"
             if st.undecodable.get(ring):
                 text += f" ({st.undecodable[ring]} undecodable)"
-            parts.append(text)
-        footer = "   ".join(parts) + f"   shown {self.model.rowCount()} of {len(self.entries)}"
+            pairs.setdefault(pair, []).append(text)
+        parts = [f"{pair} {' '.join(texts)}".strip() for pair, texts in pairs.items()]
+        footer = " · ".join([*parts, f"shown {self.model.rowCount()}/{len(self.entries)}"])
         self.stats_label.setText(footer)
         if st.last_problem:
             self.problem_label.setText(f"last problem: {st.last_problem}")

@@ -61,7 +61,7 @@ def test_footer_shows_corruption_when_no_valid_message_arrives(view, segment_fac
     struct.pack_into("<I", seg.buf, base + 8, 0)  # a zero-length entry ...
     struct.pack_into("<I", seg.buf, base, 16)  # ... published
     feed(view, log)
-    assert "tools s2c: 0 (missed 16 B) (1 corrupt)" in view.stats_label.text()
+    assert "tools c2s 0 s2c 0 (missed 16 B) (1 corrupt)" in view.stats_label.text()
     assert view.problem_label.text().startswith("last problem:") and "length 0" in view.problem_label.text()
     assert not view.problem_label.isHidden() and view.problem_label.toolTip() == view.problem_label.text()
     struct.pack_into("<II", seg.buf, base, 16 + 8 * seg.header.tools_ring_size, 16)  # lapped: bytes missed
@@ -159,3 +159,20 @@ def test_a_paint_of_the_table_offers_the_core_once_per_row(view, segment_factory
     view.model.offer = lambda: offers.append(1)
     table.viewport().grab()  # a paint into a pixmap: the same paintEvent, whatever the window system shows
     assert visible <= len(offers) <= visible + 2  # each painted row once (a partly shown row counts too)
+
+
+def test_latency_text_is_at_most_five_characters() -> None:
+    from lucky_monitor.ui.traffic_view import latency_text
+
+    cases = {
+        0.0: "0.000",
+        0.002743: "2.743",
+        0.0125: "12.50",
+        0.25: "250.0",
+        1.2345: "1234",
+        99.0: "99000",
+        1e3: ">100s",
+    }
+    for seconds, text in cases.items():
+        assert latency_text(seconds) == text
+    assert all(len(latency_text(10.0**k)) <= 5 for k in range(-7, 6))
