@@ -169,7 +169,7 @@ def add_allow_other_user_argument(p: argparse.ArgumentParser) -> None:
         "--allow-other-user",
         action="store_true",
         help="attach to a segment owned by another user (refused by default: its text and values "
-        "come from that user, and the tools channel writes into that user's engine)",
+        "come from that user, and a tools claim (the window, draw, check --live) writes into that user's engine)",
     )
 
 
