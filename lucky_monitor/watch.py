@@ -199,7 +199,7 @@ class Watcher:
             "frame_seq": None if live is None else live.frame_seq,
             "action_seq": None if live is None else live.action_seq,
             "frames_per_s": _num(r.frames_per_s, 2),
-            "images_per_s": _num(r.images_per_s, 2),
+            "images_per_s": None if h is not None and not h.has_images else _num(r.images_per_s, 2),
             "engine_alive": tick.engine_alive,
             "trainer_alive": tick.trainer_alive,
             "trainer_pid": None if live is None else live.client_pid,
@@ -234,7 +234,7 @@ class Watcher:
     def _text(rec: dict[str, Any], tick: Tick) -> str:
         clock = rec["time"][11:19]
         if rec["event"] == "state":
-            where = f"{rec['name']} " if rec["name"] else ""
+            where = f"{rec['name']} " if rec["name"] and not tick.text.startswith(rec["name"]) else ""
             sid = f" session {rec['session_id']}" if rec["session_id"] else ""
             reason = f" — {rec['reason']}" if rec["reason"] else ""
             return f"{clock}  {where}{tick.text}{reason}{sid}"

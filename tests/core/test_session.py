@@ -279,6 +279,37 @@ def test_watcher_json_lines_carry_every_documented_key(engines) -> None:
     s.close()
 
 
+def test_watcher_says_no_image_rate_without_an_image_region_and_names_a_segment_once(engines) -> None:
+    import io
+
+    eng = ReferenceEngine(config(image=None))
+    engines.append(eng)
+    s = MonitorSession(eng.name, tools=False, images=False)
+    out = io.StringIO()
+    w = Watcher(out, json_lines=True, interval=0.05)
+    deadline = time.monotonic() + 10
+    while '"summary"' not in out.getvalue() and time.monotonic() < deadline:
+        eng.tick()
+        w.feed(s.step())
+        time.sleep(0.005)
+    summary = next(json.loads(x) for x in out.getvalue().splitlines() if '"summary"' in x)
+    assert summary["image"] == "none" and summary["images_per_s"] is None  # not 0.0 images a second
+    s.close()
+    with open(shm_path(unique_segment_name("garb")), "wb") as f:  # an incompatible segment: its name once
+        f.write(b"\xff" * 200)
+        name = os.path.basename(f.name)
+    try:
+        s = MonitorSession(name, tools=False, images=False)
+        tick = s.step()
+        out = io.StringIO()
+        Watcher(out, json_lines=False, interval=10.0).feed(tick)
+        line = out.getvalue().strip()
+        assert tick.state is LinkState.INCOMPATIBLE and line.count(name) == 1, line
+        s.close()
+    finally:
+        os.unlink(shm_path(name))
+
+
 def test_watch_follows_a_kill_and_a_restart_with_another_channel_count(subprocess_env, tmp_path) -> None:
     name = unique_segment_name("watch")
     py = [sys.executable, "-m", "lucky_monitor"]
