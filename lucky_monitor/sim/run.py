@@ -84,7 +84,10 @@ def parse_image(text: str, fmt: str) -> tuple[int, int] | None:
         raise UsageError(f"--image {text!r}: width and height must be 1..{MAX_IMAGE_SIDE}")
     need = ImageFormat.from_label(fmt).channels
     if mt[3] is not None and int(mt[3]) != need:
-        raise UsageError(f"--image {text!r}: {mt[3]} channels contradicts --format {fmt} ({need} channels)")
+        raise UsageError(
+            f"--image {text!r}: {mt[3]} channel{'s' * (int(mt[3]) != 1)} contradicts --format {fmt} "
+            f"({need} channel{'s' * (need != 1)})"
+        )
     return w, h
 
 
