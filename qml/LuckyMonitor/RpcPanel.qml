@@ -135,6 +135,73 @@ DarkPane {
                 }
             }
 
+            // ------------------------------------------------------- services
+            // The panel's other controls, right under the mode: at 1280x800 they show without scrolling,
+            // the facts follow.
+            Section {
+                title: "Services"
+                Label {
+                    objectName: "toolsReason"
+                    Layout.fillWidth: true
+                    visible: !root.backend.toolsAvailable
+                    text: "Commands disabled: " + root.backend.toolsReason
+                    textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
+                    color: Theme.warn
+                    wrapMode: Text.Wrap
+                }
+                Repeater {
+                    model: root.backend.services
+                    delegate: RowLayout {
+                        id: row
+                        required property var model
+                        required property int index
+                        readonly property string tip: !root.backend.toolsAvailable ? root.backend.toolsReason
+                                                    : !model.available ? "the engine does not offer " + model.name
+                                                    : model.pending ? "waiting for the engine"
+                                                    : model.enabled ? "click to disable " + model.name
+                                                    : "click to enable " + model.name
+                        Layout.fillWidth: true
+                        spacing: 8
+
+                        Label {
+                            text: row.model.name
+                            textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
+                            color: row.model.available ? Theme.text : Theme.dim
+                            Layout.preferredWidth: 92
+                            elide: Text.ElideRight
+                        }
+                        Label {
+                            objectName: "serviceResult_" + row.model.name
+                            Layout.fillWidth: true
+                            text: row.model.pending ? "waiting…" : row.model.lastResult
+                            textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
+                            color: Theme.resultColor(row.model.pending ? "pending" : row.model.resultKind)
+                            font.pixelSize: Theme.small
+                            elide: Text.ElideRight
+                        }
+                        Label {
+                            text: !row.model.available ? "n/a" : row.model.enabled ? "on" : "off"
+                            color: row.model.available && row.model.enabled ? Theme.good : Theme.dim
+                            font.bold: row.model.available && row.model.enabled
+                            horizontalAlignment: Text.AlignRight
+                            Layout.preferredWidth: 28
+                        }
+                        Switch {
+                            objectName: "serviceSwitch_" + row.model.name
+                            checkable: false
+                            checked: row.model.enabled
+                            enabled: root.backend.toolsAvailable && row.model.available && !row.model.pending
+                            opacity: enabled ? 1.0 : 0.45
+                            onClicked: root.backend.setServiceEnabled(row.model.bit, !row.model.enabled)
+                        }
+                        HoverHandler { id: rowHover }
+                        ToolTip.visible: rowHover.hovered
+                        ToolTip.text: row.tip
+                        ToolTip.delay: 500
+                    }
+                }
+            }
+
             // ---------------------------------------------------------- facts
             Section {
                 title: "Segment"
@@ -207,72 +274,6 @@ DarkPane {
                 title: "GPU"
                 Fact { key: "observations"; value: root.backend.gpuText }
             }
-
-            // ------------------------------------------------------- services
-            Section {
-                title: "Services"
-                Label {
-                    objectName: "toolsReason"
-                    Layout.fillWidth: true
-                    visible: !root.backend.toolsAvailable
-                    text: "Commands disabled: " + root.backend.toolsReason
-                    textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
-                    color: Theme.warn
-                    wrapMode: Text.Wrap
-                }
-                Repeater {
-                    model: root.backend.services
-                    delegate: RowLayout {
-                        id: row
-                        required property var model
-                        required property int index
-                        readonly property string tip: !root.backend.toolsAvailable ? root.backend.toolsReason
-                                                    : !model.available ? "the engine does not offer " + model.name
-                                                    : model.pending ? "waiting for the engine"
-                                                    : model.enabled ? "click to disable " + model.name
-                                                    : "click to enable " + model.name
-                        Layout.fillWidth: true
-                        spacing: 8
-
-                        Label {
-                            text: row.model.name
-                            textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
-                            color: row.model.available ? Theme.text : Theme.dim
-                            Layout.preferredWidth: 92
-                            elide: Text.ElideRight
-                        }
-                        Label {
-                            objectName: "serviceResult_" + row.model.name
-                            Layout.fillWidth: true
-                            text: row.model.pending ? "waiting…" : row.model.lastResult
-                            textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
-                            color: Theme.resultColor(row.model.pending ? "pending" : row.model.resultKind)
-                            font.pixelSize: Theme.small
-                            elide: Text.ElideRight
-                        }
-                        Label {
-                            text: !row.model.available ? "n/a" : row.model.enabled ? "on" : "off"
-                            color: row.model.available && row.model.enabled ? Theme.good : Theme.dim
-                            font.bold: row.model.available && row.model.enabled
-                            horizontalAlignment: Text.AlignRight
-                            Layout.preferredWidth: 28
-                        }
-                        Switch {
-                            objectName: "serviceSwitch_" + row.model.name
-                            checkable: false
-                            checked: row.model.enabled
-                            enabled: root.backend.toolsAvailable && row.model.available && !row.model.pending
-                            opacity: enabled ? 1.0 : 0.45
-                            onClicked: root.backend.setServiceEnabled(row.model.bit, !row.model.enabled)
-                        }
-                        HoverHandler { id: rowHover }
-                        ToolTip.visible: rowHover.hovered
-                        ToolTip.text: row.tip
-                        ToolTip.delay: 500
-                    }
-                }
-            }
-
         }
     }
 }
