@@ -121,7 +121,7 @@ def add_window_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--quit-after",
         metavar="SECONDS",
-        type=_positive_float,
+        type=_window_seconds,
         help="close the window after this many seconds (exit 0)",
     )
     p.add_argument(
@@ -218,6 +218,14 @@ def _columns(text: str) -> int:
     return int(_in_range(text, int, 1, hdr.MAX_ENVS, f"a whole number of columns from 1 to {hdr.MAX_ENVS}"))
 
 
+def _window_seconds(text: str) -> float:
+    # Qt's timers count milliseconds in 32 bits: about 24.8 days at most.
+    v = _positive_float(text)
+    if v > 2_000_000:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at most 2000000 seconds (about 23 days)")
+    return v
+
+
 def _no_subcommand(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``lucky-monitor`` without a subcommand opens the monitor window."""
     if args.screenshot and not args.quit_after:
@@ -273,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_USAGE)
     run: Runner | None = getattr(args, "_run", None)
     try:
+        for option in ("shm", "name"):  # an empty name given is a mistake, not "the default segment"
+            if getattr(args, option, None) == "":
+                given = "--shm" if option == "shm" else "--name" if getattr(args, "command", None) == "sim" else "NAME"
+                raise UsageError(f"invalid segment name '' ({given}): it is empty")
         if run is None:
             return _no_subcommand(args, parser)
         return int(run(args) or 0)

@@ -153,6 +153,12 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
         (["demo", "--columns", "-1"], "demo: argument --columns: '-1'"),
         (["demo", "--policy", "foo"], "demo: argument --policy: invalid choice: 'foo'"),
         (["demo", "--headless", "--stats-json", "stats.json"], "--stats-json describes the window"),
+        (["--quit-after", "3e6"], "'3e6' must be at most 2000000 seconds"),
+        (["demo", "--quit-after", "1e300"], "must be at most 2000000 seconds"),
+        (["--shm", ""], "invalid segment name '' (--shm): it is empty"),
+        (["watch", ""], "invalid segment name '' (NAME): it is empty"),
+        (["sim", "--name", ""], "invalid segment name '' (--name): it is empty"),
+        (["export", "--listen", "127.0.0.1:0", "--poll-hz", "1e-300"], "--poll-hz 1e-300: must be 0.1 to 240"),
         (["demo", "--headless", "--screenshot", "shot.png", "--quit-after", "1"], "--screenshot describes the window"),
     ],
 )

@@ -190,6 +190,9 @@ class DeferredImages(Protocol):
 
 #: The inspector copies the obs (and act) region only up to this size: a header may describe 1 GiB of obs.
 INSPECT_MAX_BYTES = 64 * 1024 * 1024
+#: The whole image region is copied (one-shot readers: snapshot, record, check) only up to this size. A valid
+#: header may describe 4096 envs of 4096x4096x4 (256 GiB); over this, no buffer is made and no image copied.
+FULL_IMAGE_COPY_MAX_BYTES = 1 << 30
 
 
 @dataclass
@@ -411,7 +414,7 @@ class MonitorCore:
         if att.obs is not None:
             parts.append((h.obs_offset, att.obs))
         att.hot_plan = ReadPlan(parts)
-        if seg.images is not None and self.image_sink is None:
+        if seg.images is not None and self.image_sink is None and seg.images.nbytes <= FULL_IMAGE_COPY_MAX_BYTES:
             self.images = np.zeros(seg.images.shape, np.uint8)
         else:
             self.images = None

@@ -6,7 +6,9 @@ import math
 import time
 from collections.abc import Callable
 
+from ..core.monitor import FULL_IMAGE_COPY_MAX_BYTES
 from ..core.session import MonitorSession, Tick
+from ..core.text import bytes_text
 from ..protocol.errors import UnavailableError, UsageError
 
 __all__ = ["attach", "grid_columns", "require", "wait_for"]
@@ -83,6 +85,12 @@ def image_target(session: MonitorSession, timeout_s: float, env: int | None, col
     if not h.has_images:
         raise UnavailableError(f"{tick.name}: the segment has no image region (image_offset 0)")
     n = h.num_envs
+    region = n * h.image_bytes_per_env
+    if region > FULL_IMAGE_COPY_MAX_BYTES:
+        raise UnavailableError(
+            f"{tick.name}: the image region is {bytes_text(region)}, over the {bytes_text(FULL_IMAGE_COPY_MAX_BYTES)} "
+            "this command copies at once"
+        )
     if env is not None and not 0 <= env < n:
         raise UsageError(f"--env {env}: the segment has {n} envs (0..{n - 1})")
     if columns is not None and not 1 <= columns <= n:

@@ -218,8 +218,8 @@ def run_export(args: argparse.Namespace) -> int:
     names: Sequence[str] = args.shm or ()
     for n in names:
         validate_name(n)
-    if not (args.poll_hz > 0 and math.isfinite(args.poll_hz) and args.poll_hz <= 240):
-        raise UsageError(f"--poll-hz {args.poll_hz}: must be above 0 and at most 240")
+    if not (0.1 <= args.poll_hz <= 240):  # also refuses NaN
+        raise UsageError(f"--poll-hz {args.poll_hz}: must be 0.1 to 240")
     if args.seconds is not None and not (args.seconds > 0 and math.isfinite(args.seconds)):
         raise UsageError(f"--seconds {args.seconds}: must be a positive number of seconds")
     require("prometheus_client", "export")

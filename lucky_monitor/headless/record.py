@@ -221,8 +221,8 @@ def record(
 def run_record(args: argparse.Namespace, name: str) -> int:
     """``record``: write the video, with a progress bar; exit 0 when done or stopped by Ctrl-C."""
     check_output_path(args.output, "-o", "recording.mp4")
-    if not (args.fps > 0 and math.isfinite(args.fps) and args.fps <= 240):
-        raise UsageError(f"--fps {args.fps}: must be above 0 and at most 240")
+    if not (0.1 <= args.fps <= 240):  # also refuses NaN; ffmpeg takes no slower frame rate
+        raise UsageError(f"--fps {args.fps}: must be 0.1 to 240")
     if args.seconds is not None and not (args.seconds > 0 and math.isfinite(args.seconds)):
         raise UsageError(f"--seconds {args.seconds}: must be a positive number of seconds")
     if not (args.timeout > 0 and math.isfinite(args.timeout)):

@@ -146,3 +146,31 @@ def test_an_engine_that_never_stops_writing_images_gives_no_picture(segment_fact
     assert main(["snapshot", seg.name, "-o", str(out), "--timeout", "0.5"]) == 5
     assert "no consistent copy" in capsys.readouterr().err
     assert not out.exists()
+
+
+@linux_only
+def test_an_image_region_over_the_copy_limit_is_refused_without_allocating_it(
+    engine, tmp_path, monkeypatch, capsys
+) -> None:
+    """A valid header may describe 256 GiB of images: no buffer of that size is made, one line says why."""
+    import lucky_monitor.core.monitor as monitor_mod
+    import lucky_monitor.headless._common as common_mod
+    from lucky_monitor.core.session import MonitorSession
+
+    eng = engine()
+    region = eng.seg.header.num_envs * eng.seg.header.image_bytes_per_env
+    monkeypatch.setattr(monitor_mod, "FULL_IMAGE_COPY_MAX_BYTES", region - 1)
+    monkeypatch.setattr(common_mod, "FULL_IMAGE_COPY_MAX_BYTES", region - 1)
+    out = str(tmp_path / "x.png")
+    assert main(["snapshot", eng.name, "-o", out]) == 5
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("lucky-monitor: error: ") and "this command copies at once" in line, line
+    assert not os.path.exists(out)
+    session = MonitorSession.read_only(eng.name)
+    try:
+        deadline = time.monotonic() + 5
+        while not session.step().attached and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert session._link.images is None  # no whole-region buffer
+    finally:
+        session.close()
