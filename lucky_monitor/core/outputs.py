@@ -39,6 +39,8 @@ def check_output_path(path: str, option: str, example: str = "") -> None:
     # a new file anyway): open the file for appending, which changes nothing in one that exists, and
     # remove it again when this made it.
     existed = os.path.lexists(path)
+    if existed and not os.path.isfile(path):
+        return  # a device (/dev/stdout, /dev/null) or a FIFO: opening it here could block or consume
     try:
         with open(path, "ab"):
             pass
