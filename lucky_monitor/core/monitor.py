@@ -212,6 +212,7 @@ class _Attached:
     client_alive: bool = True
     pids_checked_at: float = -1e9
     validated_at: float = -1e9  # the last full Segment.still_valid (see MonitorCore._poll_attached)
+    fixed_checked_at: float = -1e9  # the last comparison of the non-live header fields (C7)
     polled_frame: int = -1  # frame_seq as the previous poll read it
     hot_frame: int = -1  # the frame whose values the hot buffers hold (-1: none, or a torn copy)
     hot_action: int = 0
@@ -249,6 +250,8 @@ class MonitorCore:
     PID_CHECK_S = 0.5
     #: Longest time between two full validity checks of the attached segment while frames keep coming.
     VALIDATE_S = 0.25
+    #: Seconds between comparisons of the non-live header fields with those at attach (one 4 KiB pread).
+    FIXED_CHECK_S = 1.0
     NOTICE_S = 5.0
 
     def __init__(
@@ -480,6 +483,17 @@ class MonitorCore:
         if reason is not None:
             self._lost(reason, now)
             return None
+        if now - att.fixed_checked_at >= self.FIXED_CHECK_S:
+            # The attached view (sizes, offsets, format) holds while no non-live field changes (C7). One that
+            # did makes every number read through it suspect: drop the attach; the next one validates afresh.
+            att.fixed_checked_at = now
+            changed = seg.fixed_fields_changed()
+            if changed is not None:
+                name = seg.name
+                self._detach()
+                self._next_try = now
+                self._set(LinkState.INCOMPATIBLE, f"{name}: incompatible", changed)
+                return None
         h = att.header
         counter = seg.read_counter
         if now - att.pids_checked_at >= self.PID_CHECK_S:

@@ -498,6 +498,10 @@ assert hdr.OFFSET["image_frame_seq"] == _IMAGE_SEQS_OFFSET + 8
 assert hdr.CODE["image_seq"] == hdr.CODE["image_frame_seq"] == "Q"
 _SESSION_OFFSET = hdr.OFFSET["session_id"]
 _SESSION_STRUCT = struct.Struct("<" + hdr.CODE["session_id"])
+#: The non-live header fields (LAYOUT §2.1, C7): name, its struct (little-endian) and offset.
+_FIXED_FIELDS = tuple(
+    (name, struct.Struct("<" + hdr.CODE[name]), hdr.OFFSET[name]) for name in hdr.OFFSET if name not in LIVE_FIELDS
+)
 # read_live's one copy carries the session_id too (Segment.session_changed reads it from there)
 assert _SESSION_OFFSET + _SESSION_STRUCT.size <= _LIVE_STRUCT.size
 
@@ -597,6 +601,7 @@ class _Mapped:
         self._seq_buf = bytearray(_SEQS_STRUCT.size)
         self._img_seq_buf = bytearray(_SEQS_STRUCT.size)
         self._sid_buf = bytearray(_SESSION_STRUCT.size)
+        self._header_buf = bytearray(HEADER_SIZE)
         self._live_sid: int | None = None  # session_id as copied by the last read_live
         self._ctr: dict[str, memoryview] = {}
         for f in LIVE_FIELDS:
@@ -695,6 +700,31 @@ class _Mapped:
             raise SegmentGone(f"{self.name}: segment shrank below its header")
         (self._live_sid,) = _SESSION_STRUCT.unpack_from(buf, _SESSION_OFFSET)  # inside the same bytes
         return Live(*_LIVE_STRUCT.unpack_from(buf))
+
+    def fixed_fields_changed(self) -> str | None:
+        """Whether a non-live header field differs from what it was at attach (LAYOUT §2.1, rule C7).
+
+        One ``pread`` of the header through the fd. Only the live fields may change after creation;
+        an engine (or anything else) that rewrites another one has made the attached view of the
+        segment wrong: the caller drops the attach, and a new one validates the header afresh.
+
+        Returns
+        -------
+        str or None
+            ``None`` if every fixed field is as attached; otherwise which one changed, and how.
+        """
+        buf = self._header_buf
+        if not self.pread_into(0, buf):
+            return "segment shrank below its header"
+        h = self.header
+        for name, st, off in _FIXED_FIELDS:
+            (now,) = st.unpack_from(buf, off)
+            was = getattr(h, name)
+            if now != was:
+                if isinstance(now, bytes):
+                    return f"header field {name} changed while attached"
+                return f"header field {name} changed while attached ({was} -> {now})"
+        return None
 
     def session_changed(self) -> str | None:
         """Whether the ``session_id`` copied by the last :meth:`read_live` differs from the attached one.

@@ -279,6 +279,27 @@ def test_watcher_json_lines_carry_every_documented_key(engines) -> None:
     s.close()
 
 
+def test_a_fixed_header_field_rewritten_while_attached_drops_the_attach(engines) -> None:
+    """C7: only live fields change. One that does not (num_envs 6 -> 5000) is seen within about a second,
+    as a fresh attach sees it; put back, the segment is attached again (a new generation)."""
+    import struct
+
+    from lucky_monitor.protocol.header import OFFSET
+
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name, tools=False, images=False)
+    tick = run(s, engines, lambda t: t.state is LinkState.FREE_RUNNING, "attached")
+    generation = tick.generation
+    struct.pack_into("<I", eng.seg.buf, OFFSET["num_envs"], 5000)
+    tick = run(s, engines, lambda t: t.state is LinkState.INCOMPATIBLE, "the change seen", timeout=5.0)
+    assert "num_envs" in tick.reason, tick.reason
+    struct.pack_into("<I", eng.seg.buf, OFFSET["num_envs"], 6)
+    tick = run(s, engines, lambda t: t.state is LinkState.FREE_RUNNING, "attached again", timeout=5.0)
+    assert tick.generation > generation and tick.header is not None and tick.header.num_envs == 6
+    s.close()
+
+
 def test_watcher_says_no_image_rate_without_an_image_region_and_names_a_segment_once(engines) -> None:
     import io
 
