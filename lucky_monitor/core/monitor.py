@@ -454,10 +454,12 @@ class MonitorCore:
         self.rates = Rates()
         self.live = None
 
-    def _lost(self, reason: str, now: float) -> None:
+    def _lost(
+        self, reason: str, now: float, state: LinkState = LinkState.ENGINE_EXITED, text: str = "engine exited"
+    ) -> None:
         self._detach()
-        self._next_try = now  # look for a successor at once
-        self._set(LinkState.ENGINE_EXITED, "engine exited", reason)
+        self._next_try = now  # look for a successor at once (or attach the same name afresh)
+        self._set(state, text, reason)
 
     def _copy_images(self, seg: Segment) -> None:
         assert self.images is not None
@@ -489,10 +491,7 @@ class MonitorCore:
             att.fixed_checked_at = now
             changed = seg.fixed_fields_changed()
             if changed is not None:
-                name = seg.name
-                self._detach()
-                self._next_try = now
-                self._set(LinkState.INCOMPATIBLE, f"{name}: incompatible", changed)
+                self._lost(changed, now, LinkState.INCOMPATIBLE, f"{seg.name}: incompatible")
                 return None
         h = att.header
         counter = seg.read_counter

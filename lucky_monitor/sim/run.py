@@ -224,8 +224,8 @@ def run_sim(args: argparse.Namespace, *, announce: Callable[[str], None] | None 
     """``lucky-monitor sim``: create the segment, print its name, serve until signalled."""
     cfg = config_from_args(args)
     stats_path = getattr(args, "stats_json", None)
-    if stats_path is not None:
-        _check_stats_path(stats_path)
+    if stats_path is not None:  # refused before the segment exists
+        check_output_path(stats_path, "--stats-json", "sim.json")
     flag = StopFlag()
     die_with_parent()
     try:
@@ -240,11 +240,6 @@ def run_sim(args: argparse.Namespace, *, announce: Callable[[str], None] | None 
     finally:
         flag.restore()
     return 0
-
-
-def _check_stats_path(path: str) -> None:
-    """Refuse a ``--stats-json`` file that could not be written, before the segment exists."""
-    check_output_path(path, "--stats-json", "sim.json")
 
 
 def _write_stats(path: str, engine: ReferenceEngine) -> None:
