@@ -16,7 +16,8 @@ DarkPane {
     implicitWidth: 340
     implicitHeight: 760
 
-    function count(v) { return root.backend.attached ? v.toLocaleString(Qt.locale("C"), "f", 0) : "—" }
+    // Counters come as exact decimal text (a u64 does not fit a QML number).
+    function count(v) { return root.backend.attached ? v : "—" }
     function rate(v) { return root.backend.attached && v >= 0 ? v.toFixed(1) : "—" }
 
     ScrollView {

@@ -381,12 +381,12 @@ def test_properties_follow_a_tick(qapp) -> None:
         "imagesPerSec": -1.0,
         "engineSharePct": 25.0,
         "trainerSharePct": 75.0,
-        "frameSeq": 100.0,
-        "actionSeq": 99.0,
-        "imageSeq": 50.0,
-        "tornImages": 2.0,
-        "tornHot": 1.0,
-        "framesSkipped": 7.0,
+        "frameSeq": "100",
+        "actionSeq": "99",
+        "imageSeq": "50",
+        "tornImages": "2",
+        "tornHot": "1",
+        "framesSkipped": "7",
         "toolsAvailable": False,
         "toolsReason": "tools channel held by pid 4321",
         "simMode": 2,
@@ -416,7 +416,7 @@ def test_properties_follow_a_tick(qapp) -> None:
         )
     )
     assert (b.value("stateColor"), b.value("healthy"), b.value("reason")) == (BAD, False, "no heartbeat for 2.0 s")
-    assert b.value("frameSeq") == 100.0
+    assert b.value("frameSeq") == "100"
     assert set(signals.take()) == {"connection"}
     b.apply(
         dataclasses.replace(
@@ -429,7 +429,22 @@ def test_properties_follow_a_tick(qapp) -> None:
             rates=Rates(),
         )
     )
-    assert b.value("frameSeq") == 101.0
+    assert b.value("frameSeq") == "101"
+    # u64 counters reach QML as exact decimal text (a QML number would round 2**64 - 1 to 2**64)
+    b.apply(
+        dataclasses.replace(
+            first,
+            t=10.6,
+            seq=5,
+            live=dataclasses.replace(live, frame_seq=2**64 - 1, action_seq=2**53 + 1, image_seq=2**63 + 3),
+            rates=Rates(),
+        )
+    )
+    assert (b.value("frameSeq"), b.value("actionSeq"), b.value("imageSeq")) == (
+        "18446744073709551615",
+        "9007199254740993",
+        "9223372036854775811",
+    )
     # a rate not known (None) is -1, and so is a share with no lock-step polls
     assert (b.value("framesPerSec"), b.value("imagesPerSec")) == (-1.0, -1.0)
     assert (b.value("engineSharePct"), b.value("trainerSharePct")) == (-1.0, -1.0)
@@ -465,7 +480,7 @@ def test_new_generation_clears_per_attach_values(qapp) -> None:
             counters=Counters(torn_images=4, torn_hot=2, frames_skipped=9),
         )
     )
-    assert b.value("drawCount") == 3 and b.value("tornImages") == 4.0 and b.value("framesSkipped") == 9.0
+    assert b.value("drawCount") == 3 and b.value("tornImages") == "4" and b.value("framesSkipped") == "9"
     assert b.services.row(CAMERA)["lastResult"] == "ok 0.8 ms"
     assert b.value("simModeResult") == "ok 1.0 ms" and b.value("lastDrawResult") == "success 2.5 ms"
     b.setServiceEnabled(2, True)
@@ -484,10 +499,10 @@ def test_new_generation_clears_per_attach_values(qapp) -> None:
         "simModeResult": "",
         "simModeResultKind": "",
         "simModePending": False,
-        "tornImages": 0.0,
-        "tornHot": 0.0,
-        "framesSkipped": 0.0,
-        "frameSeq": 1.0,
+        "tornImages": "0",
+        "tornHot": "0",
+        "framesSkipped": "0",
+        "frameSeq": "1",
         "numEnvs": 3,
         "sessionId": f"{2:016x}",
         "imageText": "none",
@@ -523,7 +538,7 @@ def test_new_generation_clears_per_attach_values(qapp) -> None:
         "engineState": "—",
         "heartbeatAge": "—",
         "framesPerSec": -1.0,
-        "frameSeq": 0.0,
+        "frameSeq": "—",
         "toolsReason": "no segment attached",
     }
     assert {k: b.value(k) for k in gone} == gone
@@ -821,7 +836,7 @@ def test_backend_mirrors_the_engine(rig, views) -> None:
     b = rig.follow(eng.name)
     panel = views(b, "RpcPanel")
     rig.pump(
-        lambda: b.value("attached") and b.value("toolsAvailable") and b.value("frameSeq") > 1,
+        lambda: b.value("attached") and b.value("toolsAvailable") and b.value("frameSeq") not in ("—", "0", "1"),
         "attached, tools claimed, frames flowing",
     )
     assert b.value("segmentName") == eng.name
@@ -1018,7 +1033,7 @@ def test_engine_without_tools_channel(rig, views) -> None:
     eng = rig.engine(tools_ring_size=0)
     b = rig.follow(eng.name)
     panel = views(b, "RpcPanel")
-    rig.pump(lambda: b.value("attached") and b.value("frameSeq") > 0, "attached")
+    rig.pump(lambda: b.value("attached") and b.value("frameSeq") not in ("—", "0"), "attached")
     for _ in range(3):
         rig.step()
     assert b.value("toolsAvailable") is False
