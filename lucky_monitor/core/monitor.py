@@ -29,13 +29,16 @@ from typing import Protocol
 
 import numpy as np
 
-from ..protocol.enums import EngineState
+from ..protocol.enums import EngineState, SimMode
 from ..protocol.errors import ForeignSegment, HeaderError, LuckyMonitorError
 from ..protocol.header import Header
 from ..protocol.seqlock import hot_read, seqlock_read
 from ..transport.discovery import newest_live, pid_alive
 from ..transport.shm import Live, ReadPlan, Segment
 from .pacing import Yielder, share_shows
+
+_ENGINE_STATE_MAX = EngineState.max_value()
+_SIM_MODE_MAX = SimMode.max_value()
 
 
 class LinkState(enum.Enum):
@@ -484,6 +487,17 @@ class MonitorCore:
             reason = seg.session_changed()
         if reason is not None:
             self._lost(reason, now)
+            return None
+        if live.engine_state > _ENGINE_STATE_MAX or live.sim_mode > _SIM_MODE_MAX:
+            # The live fields the attach validated (rule 9) are held to the same ranges at every poll: a state
+            # the protocol has no word for is not shown as some other state (unsigned: only too large fails).
+            field, v, vocab = (
+                ("engine_state", live.engine_state, EngineState)
+                if live.engine_state > _ENGINE_STATE_MAX
+                else ("sim_mode", live.sim_mode, SimMode)
+            )
+            reason = str(HeaderError(field, f"{v}, must be {vocab.describe()} (changed while attached)"))
+            self._lost(reason, now, LinkState.INCOMPATIBLE, f"{seg.name}: incompatible")
             return None
         if now - att.fixed_checked_at >= self.FIXED_CHECK_S:
             # The attached view (sizes, offsets, format) holds while no non-live field changes (C7). One that

@@ -300,6 +300,29 @@ def test_a_fixed_header_field_rewritten_while_attached_drops_the_attach(engines)
     s.close()
 
 
+@pytest.mark.parametrize(("field", "bad", "good"), [("engine_state", 7, 1), ("sim_mode", 9, 0)])
+def test_a_live_field_out_of_its_range_while_attached_reads_incompatible(engines, field, bad, good) -> None:
+    """Rule 9 holds at every poll, not only at attach: an engine_state the protocol has no word for is not
+    shown as some other state (it read free-running); put back, the segment is attached again."""
+    import struct
+
+    from lucky_monitor.protocol.header import OFFSET
+
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name, tools=False, images=False)
+    tick = run(s, engines, lambda t: t.state is LinkState.FREE_RUNNING, "attached")
+    generation = tick.generation
+    struct.pack_into("<I", eng.seg.buf, OFFSET[field], bad)
+    tick = run(s, engines, lambda t: t.state is LinkState.INCOMPATIBLE, "the value seen", timeout=2.0)
+    assert field in tick.reason and str(bad) in tick.reason, tick.reason
+    assert tick.header is None  # nothing read through the attach is shown any more
+    struct.pack_into("<I", eng.seg.buf, OFFSET[field], good)
+    tick = run(s, engines, lambda t: t.state is LinkState.FREE_RUNNING, "attached again", timeout=5.0)
+    assert tick.generation > generation
+    s.close()
+
+
 def test_watcher_says_no_image_rate_without_an_image_region_and_names_a_segment_once(engines) -> None:
     import io
 
