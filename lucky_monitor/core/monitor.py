@@ -54,6 +54,7 @@ class LinkState(enum.Enum):
     PAUSED = "engine paused"
     STALLED = "stalled"
     VIOLATION = "lock-step violation"
+    IMAGES_STUCK = "images stuck"
     TRAINER_LOST = "trainer exited"
     CLOSING = "engine closing"
     ENGINE_EXITED = "engine exited"
@@ -211,6 +212,7 @@ class _Attached:
     last_heartbeat: int = -1
     heartbeat_changed_at: float = 0.0
     frame_changed_at: float = 0.0
+    image_even_at: float = 0.0  # the last poll that found image_seq even (no image write in progress)
     server_alive: bool = True
     client_alive: bool = True
     pids_checked_at: float = -1e9
@@ -411,6 +413,7 @@ class MonitorCore:
             else None,
             heartbeat_changed_at=now - self._initial_heartbeat_age(seg),
             frame_changed_at=now,
+            image_even_at=now,
             last_heartbeat=seg.read_counter("heartbeat_ns"),
         )
         att = self._att
@@ -573,6 +576,8 @@ class MonitorCore:
         if yielder is not None:
             yielder()  # between the hot copy and the image copy, never inside either
         image_seq = live.image_seq
+        if not image_seq & 1:
+            att.image_even_at = now
         deferred = self.deferred_images if seg.images is not None else None
         if deferred is not None:  # a copy requested at an earlier poll, answered since: taken even if unwanted now
             got = deferred.collect(seg)
@@ -608,7 +613,7 @@ class MonitorCore:
         else:
             att.samples.append(sample)
         self._update_rates(att, now)
-        self._classify(att, now, frame_seq, action_seq, client_pid, live.engine_state)
+        self._classify(att, now, frame_seq, action_seq, client_pid, live.engine_state, seg.images is not None)
         self._refresh_notice(now)
         return out
 
@@ -697,10 +702,18 @@ class MonitorCore:
             self.rates.images_per_s = max(0.0, (samples[-1][2] - i0) / dt)
 
     def _classify(
-        self, att: _Attached, now: float, frame_seq: int, action_seq: int, client_pid: int, engine_state: int
+        self,
+        att: _Attached,
+        now: float,
+        frame_seq: int,
+        action_seq: int,
+        client_pid: int,
+        engine_state: int,
+        has_images: bool,
     ) -> None:
         hb_age = now - att.heartbeat_changed_at
         idle = now - att.frame_changed_at
+        odd_for = now - att.image_even_at
         if engine_state == EngineState.CLOSING:
             self._set(LinkState.CLOSING, "engine closing")
         elif hb_age > self.stall_after:
@@ -709,6 +722,16 @@ class MonitorCore:
             self._set(LinkState.INITIALISING, "engine initialising")
         elif engine_state == EngineState.PAUSED:
             self._set(LinkState.PAUSED, "engine paused (not playing)")
+        elif has_images and odd_for > self.stall_after:
+            # A write takes one memcpy of the region (§8.1); odd at every poll for seconds, with the heartbeat
+            # going, is an engine stuck inside its image write or one that keeps the seqlock inverted. No copy
+            # can be consistent then: the images shown are the last good ones, or none.
+            self._set(
+                LinkState.IMAGES_STUCK,
+                f"no consistent image for {odd_for:.0f} s",
+                "image_seq odd at every poll: the engine is stuck inside an image write or keeps the image "
+                "seqlock inverted (LAYOUT 8.1)",
+            )
         elif client_pid == 0:
             text = "free-running, no trainer" if idle < self.stall_after else f"free-running, no frame for {idle:.0f} s"
             self._set(LinkState.FREE_RUNNING, text)

@@ -83,6 +83,7 @@ STATE_COLORS: dict[LinkState, str] = {
     LinkState.PAUSED: WARN,
     LinkState.STALLED: BAD,
     LinkState.VIOLATION: BAD,
+    LinkState.IMAGES_STUCK: BAD,
     LinkState.TRAINER_LOST: WARN,
     LinkState.CLOSING: WARN,
     LinkState.ENGINE_EXITED: BAD,

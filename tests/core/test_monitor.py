@@ -170,6 +170,44 @@ def test_attach_transient_then_violation_then_stall(segment_factory):
     assert core.status.text == "stalled for 5 s"
 
 
+def test_image_seq_odd_at_every_poll_for_seconds_reads_images_stuck(segment_factory):
+    """An engine stuck inside an image write (or one keeping the seqlock inverted) never yields a consistent
+    copy: with the heartbeat going, the state says so after stall_after seconds instead of free-running."""
+    seg = segment_factory(num_envs=2, obs_size=2, act_size=1, image=(4, 4, 3))
+    clock = Clock()
+    seg.set("engine_state", 1)
+    seg.set("frame_seq", 5)
+    seg.set("image_seq", 4)
+    core = MonitorCore(seg.name, clock=clock)
+    beat = iter(range(1, 1000))
+
+    def poll(dt: float) -> None:
+        clock.t += dt
+        seg.set("heartbeat_ns", next(beat))
+        core.poll()
+
+    poll(0.0)
+    assert core.status.state is LinkState.FREE_RUNNING
+    seg.set("image_seq", 5)  # a write begins ... and never ends; the engine carries on otherwise
+    for _ in range(4):
+        poll(0.5)
+        assert core.status.state is LinkState.FREE_RUNNING  # a write in progress, for now
+    poll(0.6)
+    assert core.status.state is LinkState.IMAGES_STUCK and not core.status.state.healthy
+    assert core.status.text == "no consistent image for 3 s" and "image_seq odd" in core.status.reason
+    seg.set("image_seq", 7)  # odd again: an inverted seqlock moves, but is never even
+    poll(0.5)
+    assert core.status.state is LinkState.IMAGES_STUCK
+    seg.set("image_seq", 8)
+    poll(0.1)
+    assert core.status.state is LinkState.FREE_RUNNING
+    seg.set("image_seq", 9)
+    poll(5.0)  # the heartbeat stops too: stalled comes first
+    clock.t += 5.0
+    core.poll()
+    assert core.status.state is LinkState.STALLED
+
+
 def test_incompatible_header_gives_the_reason(segment_factory):
     seg = segment_factory(num_envs=2, obs_size=2, act_size=1)
     seg.buf[hdr.OFFSET["version"] : hdr.OFFSET["version"] + 4] = (7).to_bytes(4, "little")

@@ -267,6 +267,7 @@ def test_text_helpers() -> None:
         LinkState.STALLED: BAD,
         LinkState.INCOMPATIBLE: BAD,
         LinkState.VIOLATION: BAD,
+        LinkState.IMAGES_STUCK: BAD,
     }
     for state, colour in expected.items():
         assert state_color(state) == colour, state
