@@ -449,6 +449,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._generation = tick.generation
         self._alarm_version, self._next_alarms = -1, 0.0  # a new attach counts its alarms afresh
         self._shown_geometry = None  # the new attach's first image is shown at once
+        self._shown_meta = None  # nor do the last attach's counters come back over the grid's message
         self.history = tick.history or History(1)
         self.plots.set_history(self.history)
         self.traffic.clear()

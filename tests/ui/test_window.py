@@ -175,6 +175,8 @@ def test_engine_killed_then_recreated_under_the_same_name(qtbot, window, subproc
         qtbot.waitUntil(
             lambda: "engine exited" in win.state_label.text() or "stalled" in win.state_label.text(), timeout=5000
         )
+        qtbot.wait(1500)  # past a refresh of the grid's counter line: the dead attach's counters stay gone
+        assert "image_seq" not in win.grid.status_label.text(), win.grid.status_label.text()
         os.unlink(shm_path(name))  # SIGKILL left the file behind
         proc.stdout.close()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env)
