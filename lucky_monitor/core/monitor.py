@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,14 +31,15 @@ from typing import Protocol
 import numpy as np
 
 from ..protocol.enums import EngineState, SimMode
-from ..protocol.errors import ForeignSegment, HeaderError, LuckyMonitorError
-from ..protocol.header import Header
+from ..protocol.errors import ForeignSegment, HeaderError, LuckyMonitorError, TruncatedSegment
+from ..protocol.header import OFFSET, Header
 from ..protocol.seqlock import hot_read, seqlock_read
 from ..transport.discovery import newest_live, pid_alive
-from ..transport.shm import Live, ReadPlan, Segment
+from ..transport.shm import Live, ReadPlan, Segment, peek_header
 from .pacing import Yielder, share_shows
 
 _ENGINE_STATE_MAX = EngineState.max_value()
+_SESSION_ID = struct.Struct("<Q")
 _SIM_MODE_MAX = SimMode.max_value()
 
 
@@ -295,6 +297,7 @@ class MonitorCore:
         self._next_try = 0.0
         self._notice: tuple[str, float] | None = None
         self._last_session: tuple[str, int] | None = None
+        self._last_engine_pid = 0  # server_pid of the last attach (of segment _last_session[0])
 
     # ------------------------------------------------------------ accessors
     @property
@@ -379,7 +382,10 @@ class MonitorCore:
         try:
             seg = Segment.attach(name, allow_other_user=self.allow_other_user)
         except LuckyMonitorError as exc:
-            if isinstance(exc, ForeignSegment):
+            left = None if isinstance(exc, ForeignSegment) else self._left_behind(name, exc)
+            if left is not None:
+                self._set(LinkState.ENGINE_EXITED, "engine exited", left)
+            elif isinstance(exc, ForeignSegment):
                 self._set(LinkState.INCOMPATIBLE, f"{name}: another user's segment", str(exc))
             elif isinstance(exc, HeaderError):
                 self._set(LinkState.INCOMPATIBLE, f"{name}: incompatible", str(exc))
@@ -401,6 +407,7 @@ class MonitorCore:
             self.reattached += 1
             self._notice = (f"segment recreated → reattached (session {h.session_id:x})", now)
         self._last_session = key
+        self._last_engine_pid = h.server_pid
         n = h.num_envs
         self._att = _Attached(
             seg=seg,
@@ -435,6 +442,28 @@ class MonitorCore:
         if self.on_attach is not None:
             self.on_attach(h)
         return True
+
+    def _left_behind(self, name: str, exc: LuckyMonitorError) -> str | None:
+        """Why ``name`` no longer attaches, if it is what the last attach's engine left behind when it died.
+
+        An engine killed by a truncation (or killed while something else wrote over its header) leaves
+        a file that fails the header check: that is the engine having exited, not a new, incompatible
+        segment. It is the dead engine's while the file still holds its ``session_id`` or is too short
+        to hold one; any other ``session_id`` is a new segment under the name, judged on its own.
+        """
+        last = self._last_session
+        if last is None or last[0] != name or not self._last_engine_pid or pid_alive(self._last_engine_pid):
+            return None
+        try:
+            raw = peek_header(name)[0]
+        except TruncatedSegment:
+            pass  # too short to hold a header: cut down from the dead engine's
+        except LuckyMonitorError:
+            return None
+        else:
+            if _SESSION_ID.unpack_from(raw, OFFSET["session_id"])[0] != last[1]:
+                return None
+        return f"engine pid {self._last_engine_pid} is gone; the segment it left fails the header check ({exc})"
 
     def _initial_heartbeat_age(self, seg: Segment) -> float:
         """How old the heartbeat already is at attach, on the shared host clock (LAYOUT §8.3); 0 if unknown.

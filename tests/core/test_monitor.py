@@ -208,6 +208,48 @@ def test_image_seq_odd_at_every_poll_for_seconds_reads_images_stuck(segment_fact
     assert core.status.state is LinkState.STALLED
 
 
+@pytest.mark.parametrize("cut", [100, 0, "rewritten"])
+def test_a_dead_engines_segment_cut_or_overwritten_reads_engine_exited_not_incompatible(segment_factory, cut):
+    """A truncation that kills the engine leaves a file that fails the header check: still 'engine exited'
+    (it read incompatible 16 ms later). A new session_id under the name is a new segment, judged on its own."""
+    import subprocess
+    import sys
+
+    from lucky_monitor.transport.shm import shm_path
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        seg = segment_factory(num_envs=2, obs_size=2, act_size=1, server_pid=child.pid)
+        seg.set("engine_state", 1)
+        seg.set("heartbeat_ns", 1)
+        clock = Clock()
+        core = MonitorCore(seg.name, clock=clock)
+        core.poll()
+        assert core.status.state is LinkState.FREE_RUNNING
+    finally:
+        child.kill()
+        child.wait()
+    path = shm_path(seg.name)
+    if cut == "rewritten":
+        with open(path, "r+b") as f:
+            f.seek(hdr.OFFSET["num_envs"])
+            f.write(struct.pack("<I", 0))  # the header no longer passes; the session_id is the dead engine's
+    else:
+        os.truncate(path, cut)
+    for _ in range(6):
+        clock.t += 0.3
+        core.poll()
+    assert core.status.state is LinkState.ENGINE_EXITED, core.status
+    assert f"engine pid {child.pid} is gone" in core.status.reason
+    if cut == "rewritten":
+        with open(path, "r+b") as f:  # another session_id: a new segment with a bad header
+            f.seek(hdr.OFFSET["session_id"])
+            f.write(struct.pack("<Q", 12345))
+        clock.t += 0.6
+        core.poll()
+        assert core.status.state is LinkState.INCOMPATIBLE and "num_envs" in core.status.reason
+
+
 def test_incompatible_header_gives_the_reason(segment_factory):
     seg = segment_factory(num_envs=2, obs_size=2, act_size=1)
     seg.buf[hdr.OFFSET["version"] : hdr.OFFSET["version"] + 4] = (7).to_bytes(4, "little")
