@@ -206,6 +206,15 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _seconds_between(low: float, high: float) -> Callable[[str], float]:
+    """A ``type=`` for seconds from ``low`` to ``high`` (a tiny or huge value means nothing sensible)."""
+
+    def parse(text: str) -> float:
+        return _in_range(text, float, low, high, f"seconds, {low:g} to {high:g}")
+
+    return parse
+
+
 def _seconds_or_zero(text: str) -> float:
     return _in_range(text, float, 0, 3600, "seconds, 0 to 3600")
 
@@ -569,14 +578,14 @@ def _live_check_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--seconds",
-        type=_positive_float,
+        type=_seconds_between(0.5, 3600),
         default=5.0,
         metavar="S",
         help="with --live: how long the timed invariants are sampled (default 5)",
     )
     p.add_argument(
         "--deadline",
-        type=_positive_float,
+        type=_seconds_between(0.01, 600),
         default=1.0,
         metavar="SECONDS",
         help="with --live: how long each request may take to be answered (default 1)",
@@ -689,7 +698,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
     p.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=_seconds_between(0.01, 86400),
         default=5.0,
         help="seconds to wait for the engine before giving up (default 5)",
     )
@@ -739,7 +748,7 @@ def _draw_args(p: argparse.ArgumentParser) -> None:
     for sp in (line, arrow, vel):
         sp.add_argument("--color", default="1,0.2,0.2,1", metavar="R,G,B[,A]", help="components 0..1")
         sp.add_argument("--clear", action="store_true", help="set clear_previous: erase earlier drawings first")
-    p.add_argument("--timeout", type=_positive_float, default=2.0, help="seconds to wait for the reply")
+    p.add_argument("--timeout", type=_seconds_between(0.01, 3600), default=2.0, help="seconds to wait for the reply")
     add_allow_other_user_argument(p)
 
 

@@ -160,6 +160,11 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
         (["sim", "--name", ""], "invalid segment name '' (--name): it is empty"),
         (["export", "--listen", "127.0.0.1:0", "--poll-hz", "1e-300"], "--poll-hz 1e-300: must be 0.1 to 240"),
         (["demo", "--headless", "--screenshot", "shot.png", "--quit-after", "1"], "--screenshot describes the window"),
+        (["sim", "--hz", "1e-300"], "--hz 1e-300: steps per second must be 0.1 to 100000"),
+        (["demo", "--headless", "--hz", "0"], "--hz 0: steps per second must be 0.1 to 100000"),
+        (["check", "--live", "--seconds", "1e-300"], "argument --seconds: '1e-300' must be seconds, 0.5 to 3600"),
+        (["check", "--live", "--deadline", "1e300"], "'1e300' must be seconds, 0.01 to 600"),
+        (["train", "--shm", "LuckyEngine_not_needed", "--timeout", "inf"], "'inf' must be seconds, 0.01 to 86400"),
     ],
 )
 def test_2_usage(argv: list[str], text: str | None, capsys) -> None:
