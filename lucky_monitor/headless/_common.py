@@ -9,6 +9,7 @@ from collections.abc import Callable
 from ..core.monitor import FULL_IMAGE_COPY_MAX_BYTES
 from ..core.session import MonitorSession, Tick
 from ..core.text import bytes_text
+from ..core.tiler import Tiler, TilerError
 from ..protocol.errors import UnavailableError, UsageError
 
 __all__ = ["attach", "grid_columns", "require", "wait_for"]
@@ -69,7 +70,9 @@ def attach(session: MonitorSession, timeout_s: float) -> Tick:
     return wait_for(session, lambda t: t.header is not None, timeout_s, f"could not attach to {name}")
 
 
-def image_target(session: MonitorSession, timeout_s: float, env: int | None, columns: int | None) -> tuple[Tick, int]:
+def image_target(
+    session: MonitorSession, timeout_s: float, env: int | None, columns: int | None, gap: int = 0
+) -> tuple[Tick, int]:
     """Attach and check ``--env`` / ``--cols`` against the segment: the first Tick and the grid's columns.
 
     Raises
@@ -77,7 +80,8 @@ def image_target(session: MonitorSession, timeout_s: float, env: int | None, col
     UnavailableError
         Not attached within ``timeout_s``, or the segment has no image region.
     UsageError
-        ``env`` or ``columns`` out of range for this segment.
+        ``env`` or ``columns`` out of range for this segment, or ``columns`` (with ``gap`` between the
+        tiles) makes a grid too large to hold.
     """
     tick = attach(session, timeout_s)
     h = tick.header
@@ -95,4 +99,12 @@ def image_target(session: MonitorSession, timeout_s: float, env: int | None, col
         raise UsageError(f"--env {env}: the segment has {n} envs (0..{n - 1})")
     if columns is not None and not 1 <= columns <= n:
         raise UsageError(f"--cols {columns}: must be 1..{n} for {n} envs")
-    return tick, grid_columns(n) if columns is None else columns
+    cols = grid_columns(n) if columns is None else columns
+    if env is None:
+        try:  # the grid's size is checked before anything is copied: a layout only, nothing allocated
+            Tiler(n, h.image_height, h.image_width, h.image_channels, columns=cols, gap=gap, allocate=False)
+        except TilerError as exc:
+            if columns is not None:
+                raise UsageError(str(exc).replace(f"columns: {columns}", f"--cols {columns}", 1)) from None
+            raise UnavailableError(f"{tick.name}: {exc} (choose the layout with --cols)") from None
+    return tick, cols

@@ -162,7 +162,7 @@ def record(
         )
         writer.send(None)
     except (OSError, RuntimeError) as exc:
-        raise RecordError(f"could not start ffmpeg: {exc}") from None
+        raise RecordError(f"could not start ffmpeg: {_ffmpeg_text(exc)}") from None
     start = clock()
     pending_new = True  # the first frame is a new image
     try:
@@ -206,7 +206,7 @@ def record(
             if progress is not None:
                 progress(writes)
     except (OSError, RuntimeError) as exc:
-        raise RecordError(f"ffmpeg stopped taking frames: {exc}") from None
+        raise RecordError(f"ffmpeg stopped taking frames: {_ffmpeg_text(exc)}") from None
     finally:
         stats.interrupted = stop["now"]
         if stats.interrupted:
@@ -214,13 +214,27 @@ def record(
         try:
             writer.close()
         except (OSError, RuntimeError) as exc:
-            raise RecordError(f"ffmpeg could not finish {path!r}: {exc}") from None
+            raise RecordError(f"ffmpeg could not finish {path!r}: {_ffmpeg_text(exc)}") from None
     return stats
+
+
+#: Containers ffmpeg picks by the file's extension that take H.264 in yuv420p.
+VIDEO_EXTENSIONS = (".mp4", ".mkv", ".mov")
+
+
+def _ffmpeg_text(exc: BaseException) -> str:
+    """An ffmpeg failure in one line: imageio-ffmpeg appends the whole command (ffmpeg has printed its own words)."""
+    text = str(exc).split(" FFMPEG COMMAND:", 1)[0].strip()
+    return (text.splitlines() or ["no reason given"])[0]
 
 
 def run_record(args: argparse.Namespace, name: str) -> int:
     """``record``: write the video, with a progress bar; exit 0 when done or stopped by Ctrl-C."""
     check_output_path(args.output, "-o", "recording.mp4")
+    if not str(args.output).lower().endswith(VIDEO_EXTENSIONS):
+        raise UsageError(
+            f"-o {args.output}: the video's format comes from its extension: {', '.join(VIDEO_EXTENSIONS)}"
+        )
     if not (0.1 <= args.fps <= 240):  # also refuses NaN; ffmpeg takes no slower frame rate
         raise UsageError(f"--fps {args.fps}: must be 0.1 to 240")
     if args.seconds is not None and not (args.seconds > 0 and math.isfinite(args.seconds)):
@@ -233,7 +247,13 @@ def run_record(args: argparse.Namespace, name: str) -> int:
 
     session = MonitorSession.read_only(name, allow_other_user=bool(getattr(args, "allow_other_user", False)))
     total = None if args.seconds is None else max(1, round(args.seconds * args.fps))
-    bar = tqdm(total=total, unit="frame", file=sys.stderr, disable=args.quiet, desc=f"recording {name}")
+    bars: list[Any] = []  # the bar appears with the first frame written, never before an error about the setup
+
+    def progress(n: int | None) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, unit="frame", file=sys.stderr, disable=args.quiet, desc=f"recording {name}"))
+        bars[0].update(n)
+
     try:
         with _stop_on_signals() as stop:
             stats = record(
@@ -245,10 +265,11 @@ def run_record(args: argparse.Namespace, name: str) -> int:
                 columns=args.cols,
                 timeout_s=args.timeout,
                 stop=stop,
-                progress=bar.update,
+                progress=progress,
             )
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
         session.close()
     print(
         f"{stats.ended}: {stats.frames} frames ({stats.frames / args.fps:.1f} s at {args.fps:g} fps, "

@@ -70,8 +70,8 @@ def take_snapshot(
     UnavailableError
         No image region, no image published, or no consistent copy within ``timeout_s``.
     """
-    tick, cols = image_target(session, timeout_s, env, columns)
     gap = LABEL_GAP if labels else 0
+    tick, cols = image_target(session, timeout_s, env, columns, gap)
     wait_for(
         session,
         lambda t: t.live is not None and t.live.image_seq >= 2,

@@ -20,6 +20,7 @@ import pytest
 from lucky_monitor.core.session import MonitorSession
 from lucky_monitor.headless.record import even_frame, record
 from lucky_monitor.transport.shm import platform_kind
+from tests.conftest import unique_segment_name
 
 imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
 
@@ -153,6 +154,38 @@ def test_a_missing_dependency_is_named_with_its_extra(monkeypatch, tmp_path, cap
     monkeypatch.setattr("lucky_monitor.cli._precheck", lambda name, allow: name)
     assert main(["record", "LuckyEngine_x", "-o", str(tmp_path / "x.mp4")]) == 5
     assert "pip install 'lucky-monitor[headless]'" in capsys.readouterr().err
+
+
+def test_setup_errors_are_one_line_with_no_progress_bar_before_them(tmp_path, subprocess_env) -> None:
+    """What is wrong with the request is said before a frame is written: no bar, no ffmpeg output."""
+    name = unique_segment_name("recbad")
+    py = [sys.executable, "-m", "lucky_monitor"]
+    sim = subprocess.Popen(
+        [*py, "sim", "--name", name, "--envs", "3", "--image", "16x8", "--hz", "50"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env,
+    )
+    try:
+        assert sim.stdout is not None and sim.stdout.readline().strip() == name
+        for argv, code, text in [
+            (["--env", "9", "-o", str(tmp_path / "a.mp4")], 2, "--env 9: the segment has 3 envs (0..2)"),
+            (["-o", str(tmp_path / "a.xyz")], 2, "the video's format comes from its extension: .mp4, .mkv, .mov"),
+        ]:
+            r = subprocess.run(
+                [*py, "record", name, "--seconds", "1", *argv],
+                capture_output=True,
+                text=True,
+                env=subprocess_env,
+                timeout=60,
+            )
+            assert r.returncode == code, r.stderr
+            assert r.stderr.count("\n") == 1 and text in r.stderr and "frame/s" not in r.stderr, r.stderr
+        assert not (tmp_path / "a.xyz").exists() and not (tmp_path / "a.mp4").exists()
+    finally:
+        sim.terminate()
+        sim.wait(10)
+        sim.stdout.close()
 
 
 def test_the_engine_going_away_ends_the_video_with_its_last_image(segment_factory, tmp_path) -> None:

@@ -138,6 +138,27 @@ def test_bad_input_is_one_line_and_a_documented_code(engine, tmp_path, segment_f
 
 
 @linux_only
+def test_a_grid_too_large_to_hold_is_a_usage_error_with_cols_and_unavailable_without(
+    engine, tmp_path, monkeypatch, capsys
+) -> None:
+    """The grid's size is checked before any copy: --cols that make it too large are the user's to change
+    (exit 2, as any --cols out of range); the default layout too large is exit 5 and says to choose one."""
+    import lucky_monitor.core.tiler as tiler_mod
+
+    eng = engine()  # 7 envs of 20x12: 2 columns make a 40-pixel-wide grid, 3 a 60, 7 a 140
+    monkeypatch.setattr(tiler_mod, "MAX_GRID_SIDE", 45)
+    out = str(tmp_path / "x.png")
+    assert main(["snapshot", eng.name, "-o", out, "--cols", "7"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line == "lucky-monitor: error: --cols 7 gives a 140x12x3 grid, over 45 pixels a side or 1073741824 bytes"
+    assert main(["snapshot", eng.name, "-o", out]) == 5
+    assert "choose the layout with --cols" in capsys.readouterr().err
+    assert not os.path.exists(out)
+    monkeypatch.setattr(tiler_mod, "MAX_GRID_SIDE", 100)  # 3 columns, 3 rows: 60 x 36 fits
+    assert main(["snapshot", eng.name, "-o", out, "--cols", "2"]) == 0
+
+
+@linux_only
 def test_an_engine_that_never_stops_writing_images_gives_no_picture(segment_factory, tmp_path, capsys) -> None:
     seg = segment_factory(image=(8, 6, 3))
     seg.set("heartbeat_ns", time.monotonic_ns())
