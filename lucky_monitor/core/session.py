@@ -464,6 +464,8 @@ class GridDisplay:
         self._pending: tuple[np.ndarray, str, bool, DisplayOptions, tuple[int, int, int, int] | None] | None = None
         #: Offers the core between bands of tiling (the session's); ``None`` or inactive: one band.
         self.yielder: Yielder | None = None
+        # Per back buffer (two alternate): (tiler, its grid, source, options, bands, each band's copy views).
+        self._copy_plans: dict[int, tuple[Any, ...]] = {}
 
     @property
     def geometry(self) -> GridGeometry:
@@ -512,6 +514,7 @@ class GridDisplay:
         self.front = Tiler(n, th, tw, c, columns=cols, gap=gd, gap_value=self.gap_value)
         self.back = Tiler(n, th, tw, c, columns=cols, gap=gd, gap_value=self.gap_value)
         self._layout += 1
+        self._copy_plans.clear()
         if alpha:
             for t in (self.front, self.back):
                 t._plan(cols, 4)
@@ -615,9 +618,45 @@ class GridDisplay:
         self, src: np.ndarray, src_format: str, flip: bool, o: DisplayOptions, region: tuple[int, int, int, int] | None
     ) -> None:
         y = self.yielder
-        if y is None or not y.active:  # nothing to offer the core to: bands would only cost their overhead
+        offer = y is not None and y.active
+        back = self.back
+        assert back is not None
+        key = (src_format, flip, o.swap_rb, o.show_alpha, region)
+        plan = self._copy_plans.get(id(back))
+        if plan is None or plan[0] is not back or plan[1] is not back.grid or plan[2] is not src or plan[3] != key:
+            # The same mirror buffer is tiled frame after frame into the same two grids: the views of
+            # each band's copies are made once (the tiler checks the arguments then) and kept.
+            copies: list[list[tuple[np.ndarray, np.ndarray]]] | None = []
+            bands = self._bands(src, region)
+            for band in bands:
+                c = back.copies(
+                    src, src_format=src_format, flip_rows=flip, swap_rb=o.swap_rb, show_alpha=o.show_alpha, region=band
+                )
+                if c is None or copies is None:
+                    copies = None  # images to shrink into the tiles: tiled band by band each time
+                    continue
+                copies.append(c)
+            plan = (back, back.grid, src, key, bands, copies)
+            self._copy_plans[id(back)] = plan
+        bands, copies = plan[4], plan[5]
+        if copies is not None:
+            copyto = np.copyto
+            for i, band_copies in enumerate(copies):
+                if i and offer and y is not None:
+                    y()
+                for d, s in band_copies:
+                    copyto(d, s)
+            return
+        if not offer:  # nothing to offer the core to: bands would only cost their overhead
             self._tile(src, src_format, flip, o, region)
             return
+        for i, band in enumerate(bands):
+            if i and y is not None:
+                y()
+            self._tile(src, src_format, flip, o, band)
+
+    def _bands(self, src: np.ndarray, region: tuple[int, int, int, int] | None) -> list[tuple[int, int, int, int]]:
+        """``region`` (all tiles for ``None``) cut into bands of about :attr:`TILE_BAND_BYTES` of source."""
         g = self.geometry
         r0, r1, c0, c1 = region if region is not None else (0, g.rows, 0, g.columns)
         r0, r1, c0, c1 = max(0, r0), min(g.rows, r1), max(0, c0), min(g.columns, c1)
@@ -630,10 +669,7 @@ class GridDisplay:
             for a in range(r0, r1, row_band)
             for b in range(c0, c1, col_band)
         ]
-        for i, band in enumerate(bands):
-            if i:
-                y()
-            self._tile(src, src_format, flip, o, band)
+        return bands
 
     def _tile(
         self, src: np.ndarray, src_format: str, flip: bool, o: DisplayOptions, region: tuple[int, int, int, int] | None

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -726,6 +726,53 @@ class Tiler:
         inner loop three elements long, which measures 3-5x slower. Either way
         no temporary array is made.
         """
+        src, pairs, same_size = self._prepare(images, src_format, flip_rows, swap_rb, show_alpha, step)
+        if same_size and region is None:
+            self._copy(src, pairs)
+        else:
+            self._copy_region(src, pairs, region or (0, self._rows, 0, self._cols))
+        return self.grid
+
+    def copies(
+        self,
+        images: np.ndarray,
+        *,
+        src_format: str | ImageFormat = "auto",
+        flip_rows: bool = False,
+        swap_rb: bool = False,
+        show_alpha: bool = False,
+        region: tuple[int, int, int, int] | None = None,
+    ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """The copies :meth:`tile` makes of a source of the tiles' size, as ``(destination, source)`` views.
+
+        ``np.copyto(d, s)`` for each pair is :meth:`tile` with the same
+        arguments (``step=None``), without checking them again: for a caller
+        that tiles one buffer again and again (the session's mirror of the
+        image region), the pairs stay right while that buffer, the options and
+        this tiler's grid stay the same (a new grid comes with a new
+        :attr:`grid` object). ``None`` where the images are larger than the
+        tiles (a shrink is not a plain copy).
+
+        Raises
+        ------
+        TilerError
+            As :meth:`tile`.
+        """
+        src, pairs, same_size = self._prepare(images, src_format, flip_rows, swap_rb, show_alpha, None)
+        if not same_size:
+            return None
+        return list(self._region_views(src, pairs, region or (0, self._rows, 0, self._cols)))
+
+    def _prepare(
+        self,
+        images: np.ndarray,
+        src_format: str | ImageFormat,
+        flip_rows: bool,
+        swap_rb: bool,
+        show_alpha: bool,
+        step: int | None,
+    ) -> tuple[np.ndarray, list[tuple[int | slice, int | slice]], bool]:
+        """Check a tiling's arguments and plan it: the source view, the channel pairs, whether it is same-size."""
         if not self._allocate:
             raise TilerError("this tiler plans a layout only; it has no grid to tile into")
         if step is not None:
@@ -751,11 +798,7 @@ class Tiler:
                 pairs = [(0, 2), (1, 1), (2, 0)] if reverse else [(0, 0), (1, 1), (2, 2)]
                 if out_c == 4 and has_alpha:
                     pairs.append((3, 3))
-        if same_size and region is None:
-            self._copy(src, pairs)
-        else:
-            self._copy_region(src, pairs, region or (0, self._rows, 0, self._cols))
-        return self.grid
+        return src, pairs, same_size
 
     def _copy_region(
         self,
@@ -764,6 +807,20 @@ class Tiler:
         region: tuple[int, int, int, int],
     ) -> None:
         """Copy the tiles of ``region`` only, each shrunk to the tile size (see :meth:`tile`)."""
+        for d, s in self._region_views(src, pairs, region):
+            np.copyto(d, s)
+
+    def _region_views(
+        self,
+        src: np.ndarray,
+        pairs: Sequence[tuple[int | slice, int | slice]],
+        region: tuple[int, int, int, int],
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(destination, source)`` views of the copies of ``region``'s tiles, shrunk first if need be.
+
+        A shrunk block lives in the scratch until the next shrink: each pair is copied before the next
+        is asked for.
+        """
         r0, r1, c0, c1 = (int(v) for v in region)
         r0, c0 = max(0, r0), max(0, c0)
         r1, c1 = min(self._rows, r1), min(self._cols, c1)
@@ -774,14 +831,14 @@ class Tiler:
             tiles = _sample(block, h, w, self._scratch).transpose(0, 2, 1, 3, 4)  # (rv, h, cv, w, c)
             dst = self._dst_full[r0:re, :, c0:c1]
             for dk, sk in pairs:
-                np.copyto(dst[..., dk], tiles[..., sk])
+                yield dst[..., dk], tiles[..., sk]
         if self._dst_last is not None and r1 > fr:
             ce = min(c1, self._rem)
             if c0 < ce:
                 tiles = _sample(src[fr * cols + c0 : fr * cols + ce], h, w, self._scratch).transpose(1, 0, 2, 3)
                 dst = self._dst_last[:, c0:ce]
                 for dk, sk in pairs:
-                    np.copyto(dst[..., dk], tiles[..., sk])
+                    yield dst[..., dk], tiles[..., sk]
 
     # ---------------------------------------------------------- coordinates
     def _check_env(self, env: int) -> int:

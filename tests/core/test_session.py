@@ -839,6 +839,48 @@ def test_a_frames_tiles_are_tiled_after_the_guarded_read_in_short_bands_with_the
     s.close()
 
 
+@pytest.mark.parametrize("contended", [True, False])
+def test_tiling_through_the_kept_copy_views_equals_a_fresh_tiler_frame_after_frame(contended: bool) -> None:
+    """The views of each band's copies are made once per buffer, options and grid: in place new pixels,
+    alternating back buffers, option changes (order, flip, alpha), a region and new columns all tile as a
+    fresh Tiler does."""
+    from lucky_monitor.core.session import GridDisplay
+    from lucky_monitor.core.tiler import Tiler
+
+    rng = np.random.default_rng(7)
+    n, h, w, c = 21, 6, 5, 4
+    g = GridDisplay(n, h, w, c)
+    g.configure(None, (h, w))
+    g.yielder = Yielder(1.0, yield_=lambda: None)
+    g.yielder.contended = contended
+    g.TILE_BAND_BYTES = 4 * h * w * c  # several bands, and a band inside a tile row
+    src = np.empty((n, h, w, c), np.uint8)
+    steps = [
+        ("rgba", False, DisplayOptions(), None, None),
+        ("rgba", False, DisplayOptions(), None, None),  # the same again: the kept views, new pixels
+        ("rgba", False, DisplayOptions(), (1, 3, 1, 4), None),  # the tiles of a region only
+        ("bgra", True, DisplayOptions(), None, None),
+        ("rgba", False, DisplayOptions(swap_rb=True), None, None),
+        ("rgba", False, DisplayOptions(show_alpha=True), None, None),  # a 4-channel grid: a new grid
+        ("rgba", False, DisplayOptions(show_alpha=True), None, None),
+        ("rgba", False, DisplayOptions(), None, 3),  # new columns: new buffers
+        ("rgba", False, DisplayOptions(), None, 3),
+    ]
+    for fmt, flip, o, region, columns in steps:
+        if columns is not None and g._plan.columns != columns:
+            g.configure(columns)
+        for _ in range(2):  # both back buffers, each with its own kept views
+            src[...] = rng.integers(0, 256, src.shape, dtype=np.uint8)
+            assert g.back is not None
+            want = Tiler(n, h, w, c, columns=g.back.columns, gap=g.back.gap, gap_value=g.gap_value)
+            want.grid[...] = g.back.grid if region is not None else want.grid  # tiles outside a region keep theirs
+            want.tile(src, src_format=fmt, flip_rows=flip, swap_rb=o.swap_rb, show_alpha=o.show_alpha, region=region)
+            g._pending = (src, fmt, flip, o, region)
+            g.finish()
+            np.testing.assert_array_equal(g.back.grid, want.grid, err_msg=f"{fmt} {flip} {o} {region} {columns}")
+            g.swap()
+
+
 @pytest.mark.parametrize("yield_us", [0.0, 1.0])
 def test_a_step_offers_the_core_at_its_seams_unless_told_never(engines, yield_us: float) -> None:
     eng = ReferenceEngine(config(num_envs=64, image=(32, 32)))
