@@ -242,22 +242,28 @@ def _check_aspect(value: float | None) -> float | None:
 
 
 class _Scratch:
-    """Work arrays kept between calls, one per name, reallocated only when shape or dtype change.
+    """Work arrays kept between calls: one buffer per name, grown when a call needs more, never shrunk.
 
     The downscale's temporaries are large (a whole grid's rows); allocating
     them afresh per frame costs more than the arithmetic (fresh pages fault
-    in, measured 3x the work at 64 envs × 64×64).
+    in, measured 3x the work at 64 envs × 64×64). A frame asks for arrays of
+    two or more shapes in turn (the full tile rows, then the last one; bands
+    of different sizes), so each is a view of the one buffer, not an array of
+    its own shape: a buffer kept per shape was reallocated at every call.
     """
 
     def __init__(self) -> None:
         self._arrays: dict[str, np.ndarray] = {}
 
     def get(self, name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        a = self._arrays.get(name)
-        if a is None or a.shape != shape or a.dtype != dtype:
-            a = np.empty(shape, dtype)
-            self._arrays[name] = a
-        return a
+        dt = np.dtype(dtype)
+        n = math.prod(shape) * dt.itemsize
+        buf = self._arrays.get(name)
+        if buf is None or buf.size < n:
+            buf = np.empty(max(n, 1), np.uint8)
+            self._arrays[name] = buf
+        out: np.ndarray = buf[:n].view(dt).reshape(shape)
+        return out
 
 
 @functools.lru_cache(maxsize=256)

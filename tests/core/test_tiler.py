@@ -394,3 +394,22 @@ def test_geometry_is_a_value_with_the_tilers_layout() -> None:
     assert g.tiles_in(0, 0, 1, 1, margin=0) == (0, 1, 0, 1)
     assert g.tiles_in(-50, -50, 1e6, 1e6) == (0, 3, 0, 3)
     assert g.tiles_in(8, 7, 8, 7, margin=1) == (0, 3, 0, 3)
+
+
+def test_a_shrink_of_tile_rows_of_two_shapes_allocates_nothing_after_the_first_frame() -> None:
+    """A grid whose last tile row is partial asks the downscale for work arrays of two shapes per frame:
+    they are views of one buffer each, not arrays reallocated at every call (fresh pages: 3x the work)."""
+    t = Tiler(64, 38, 38, 3, columns=11)  # 5 full rows of 11 and a last row of 9, each shrunk from 64x64
+    src = np.random.default_rng(3).integers(0, 256, (64, 64, 64, 3), dtype=np.uint8)
+    want = t.tile(src, step=None).copy()
+    scratch = dict(t._scratch._arrays)
+    tracemalloc.start()
+    try:
+        for _ in range(3):
+            got = t.tile(src, step=None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(got, want)
+    assert peak < 64 << 10, peak  # views and small index arrays only
+    assert all(t._scratch._arrays[k] is scratch[k] for k in scratch)
