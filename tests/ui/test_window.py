@@ -437,7 +437,9 @@ def test_stats_json_is_written_at_exit(tmp_path, subprocess_env):
         assert 0 < stats["images_presented"] <= stats["images_published"] + 1
         assert stats["frames_published"] > 50  # about 50 a second for up to 3 s
         assert 0 < stats["tick_ms_p50"] <= stats["tick_ms_p90"]
-        assert 0 < stats["cpu_s"] and 2.0 < stats["wall_s"] < 4.0
+        # wall_s runs from the first tick to the exit --quit-after asks for: not a speed check (a loaded machine
+        # starts the first tick late and stretches the last), only that it is the run's and not something else
+        assert 0 < stats["cpu_s"] and 2.0 < stats["wall_s"] < 15.0
         assert stats["cpu_budget_pct"] == 25.0
         bad = subprocess.run(
             [*argv, "--stats-json", str(tmp_path / "no" / "such" / "dir.json")],
