@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import math
 import struct
 import time
 from collections.abc import Callable
@@ -214,7 +215,11 @@ class _Attached:
     last_heartbeat: int = -1
     heartbeat_changed_at: float = 0.0
     frame_changed_at: float = 0.0
-    image_even_at: float = 0.0  # the last poll that found image_seq even (no image write in progress)
+    # The share of polls that found image_seq odd (a write in progress), averaged over about a second, and
+    # whether it says the image seqlock is stuck or inverted (see MonitorCore._image_parity).
+    odd_share: float = 0.0
+    odd_share_at: float = 0.0
+    images_stuck: bool = False
     server_alive: bool = True
     client_alive: bool = True
     pids_checked_at: float = -1e9
@@ -420,7 +425,7 @@ class MonitorCore:
             else None,
             heartbeat_changed_at=now - self._initial_heartbeat_age(seg),
             frame_changed_at=now,
-            image_even_at=now,
+            odd_share_at=now,
             last_heartbeat=seg.read_counter("heartbeat_ns"),
         )
         att = self._att
@@ -605,8 +610,8 @@ class MonitorCore:
         if yielder is not None:
             yielder()  # between the hot copy and the image copy, never inside either
         image_seq = live.image_seq
-        if not image_seq & 1:
-            att.image_even_at = now
+        if seg.images is not None:
+            self._image_parity(att, now, image_seq & 1)
         deferred = self.deferred_images if seg.images is not None else None
         if deferred is not None:  # a copy requested at an earlier poll, answered since: taken even if unwanted now
             got = deferred.collect(seg)
@@ -614,11 +619,15 @@ class MonitorCore:
                 self.counters.torn_images += got.torn
                 if got.ok:
                     out = self._image_copied(out, att, now, got.seq, got.frame_seq)
-        want_images = self.copy_images and (
-            self._force_images
-            or (
-                image_seq != att.last_image_seq
-                and (self.image_share >= 1.0 or share_shows(image_seq // 2, self.image_share))
+        want_images = (
+            self.copy_images
+            and not att.images_stuck
+            and (
+                self._force_images
+                or (
+                    image_seq != att.last_image_seq
+                    and (self.image_share >= 1.0 or share_shows(image_seq // 2, self.image_share))
+                )
             )
         )  # an image left out of the share stays left out: a later poll does not copy it either
         if seg.images is not None and want_images and (deferred is None or not deferred.request(seg)):
@@ -642,9 +651,34 @@ class MonitorCore:
         else:
             att.samples.append(sample)
         self._update_rates(att, now)
-        self._classify(att, now, frame_seq, action_seq, client_pid, live.engine_state, seg.images is not None)
+        self._classify(att, now, frame_seq, action_seq, client_pid, live.engine_state)
         self._refresh_notice(now)
         return out
+
+    #: The time constant (seconds) of the share of polls that find ``image_seq`` odd, and the shares at
+    #: which the image seqlock counts as stuck or inverted, and as sound again.
+    ODD_SHARE_TAU_S = 1.0
+    ODD_SHARE_STUCK = 0.9
+    ODD_SHARE_SOUND = 0.5
+
+    def _image_parity(self, att: _Attached, now: float, odd: int) -> None:
+        """Follow the share of polls that find an image write in progress; judge the image seqlock by it.
+
+        A write is one memcpy of the region inside a step (§8.1), so most polls find ``image_seq`` even.
+        An engine stuck inside a write finds it odd at every poll; one that keeps the seqlock inverted
+        (odd between writes, even during them) at most: a poll that lands in a write then finds it even
+        and its copy, though guarded, is taken mid-write. Past 90 % over about two seconds the seqlock
+        is not trusted: no image is copied, and the hot read stops taking an odd ``image_seq`` for
+        "the engine is inside its step" (it would defer nearly every frame); under 50 % it is again.
+        """
+        dt = now - att.odd_share_at
+        att.odd_share_at = now
+        if dt > 0:
+            att.odd_share += (1.0 - math.exp(-dt / self.ODD_SHARE_TAU_S)) * (odd - att.odd_share)
+        if att.images_stuck:
+            att.images_stuck = att.odd_share > self.ODD_SHARE_SOUND
+        else:
+            att.images_stuck = att.odd_share >= self.ODD_SHARE_STUCK
 
     #: How long the hot read's wait for the trainer's turn sleeps between two looks at the counters. Beside
     #: ``sim --fast`` 256 envs + trainer a poll cost 0.57 ms of CPU napping 50 us (or 100 or 200) against
@@ -675,6 +709,11 @@ class MonitorCore:
     def request_images(self) -> None:
         """Copy the image region at the next poll even if ``image_seq`` did not move."""
         self._force_images = True
+
+    @property
+    def images_stuck(self) -> bool:
+        """Whether the attached segment's image seqlock reads as stuck or inverted (no copy of it is trusted)."""
+        return self._att is not None and self._att.images_stuck
 
     @property
     def heartbeat_age(self) -> float | None:
@@ -713,6 +752,8 @@ class MonitorCore:
         as before, best effort.)
         """
         image_seq, image_frame_seq = att.seg.read_image_seqs()
+        if att.images_stuck:  # an odd image_seq says nothing about the step then (see _image_parity)
+            return image_frame_seq == att.seqs[0] + 1
         return bool(image_seq & 1) or image_frame_seq == att.seqs[0] + 1
 
     @staticmethod
@@ -738,11 +779,9 @@ class MonitorCore:
         action_seq: int,
         client_pid: int,
         engine_state: int,
-        has_images: bool,
     ) -> None:
         hb_age = now - att.heartbeat_changed_at
         idle = now - att.frame_changed_at
-        odd_for = now - att.image_even_at
         if engine_state == EngineState.CLOSING:
             self._set(LinkState.CLOSING, "engine closing")
         elif hb_age > self.stall_after:
@@ -751,15 +790,12 @@ class MonitorCore:
             self._set(LinkState.INITIALISING, "engine initialising")
         elif engine_state == EngineState.PAUSED:
             self._set(LinkState.PAUSED, "engine paused (not playing)")
-        elif has_images and odd_for > self.stall_after:
-            # A write takes one memcpy of the region (§8.1); odd at every poll for seconds, with the heartbeat
-            # going, is an engine stuck inside its image write or one that keeps the seqlock inverted. No copy
-            # can be consistent then: the images shown are the last good ones, or none.
+        elif att.images_stuck:
             self._set(
                 LinkState.IMAGES_STUCK,
-                f"no consistent image for {odd_for:.0f} s",
-                "image_seq odd at every poll: the engine is stuck inside an image write or keeps the image "
-                "seqlock inverted (LAYOUT 8.1)",
+                f"no consistent image: image_seq odd at {100 * att.odd_share:.0f} % of polls",
+                "the engine is stuck inside an image write or keeps the image seqlock inverted (LAYOUT 8.1); "
+                "no image is copied meanwhile, the last good one stays",
             )
         elif client_pid == 0:
             text = "free-running, no trainer" if idle < self.stall_after else f"free-running, no frame for {idle:.0f} s"

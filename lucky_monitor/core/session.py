@@ -1182,7 +1182,7 @@ class MonitorSession:
         never reported). Read through the fd (``pread``), never the mapping.
         """
         seg, h = self._link.segment, self._header
-        if seg is None or h is None or not h.image_offset:
+        if seg is None or h is None or not h.image_offset or self._link.images_stuck:
             return None
         n, ih, iw, c = h.num_envs, h.image_height, h.image_width, h.image_channels
         if not (0 <= env < n and 0 <= x < iw and 0 <= y < ih):
@@ -1204,8 +1204,9 @@ class MonitorSession:
         """The grid (or one env's tile) at full resolution from the segment's bytes, as displayed.
 
         For saving: copied under the image seqlock into a buffer of its own,
-        with the display options applied. ``None`` when there are no images
-        or the engine never paused writing long enough for a consistent copy.
+        with the display options applied. ``None`` when there are no images,
+        the engine never paused writing long enough for a consistent copy, or
+        its image seqlock reads as stuck or inverted (no copy can be trusted).
 
         Parameters
         ----------
@@ -1222,7 +1223,7 @@ class MonitorSession:
             ``columns`` or ``gap`` out of range for this segment's grid.
         """
         seg, h = self._link.segment, self._header
-        if seg is None or h is None or not h.image_offset:
+        if seg is None or h is None or not h.image_offset or self._link.images_stuck:
             return None
         n, ih, iw, c = h.num_envs, h.image_height, h.image_width, h.image_channels
         cols = columns if columns is not None else self._grid.geometry.columns if self._grid is not None else None

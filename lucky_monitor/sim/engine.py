@@ -77,6 +77,7 @@ MISBEHAVIOURS: dict[str, str] = {
     "images-ignore-disabled": "images are published with the Camera service disabled [C35]",
     "heartbeat-stops": "heartbeat_ns is written once at creation, never refreshed [C25]",
     "image-frame-ahead": "image_frame_seq is stored 3 frames ahead of the frame it belongs to [C23]",
+    "image-seqlock-inverted": "image_seq is odd between image writes and even during them [C23]",
     "ring-unaligned": "the main s2c write_pos is moved by 4 bytes at start (not a multiple of 8) [C26]",
     "ignore-trainer": "with a trainer attached the engine steps flat out without waiting for it [C20]",
     "stall-step": "with a trainer attached, after 5 steps the engine never ends its turn [C43]",
@@ -456,6 +457,8 @@ class ReferenceEngine:
         # then see image_seq odd for ~a memcpy, not for the whole render.
         self.renderer.render(self.sim, self._image_buf)
         seq = seg.counter("image_seq")
+        if "image-seqlock-inverted" in self._mis and not seq & 1:
+            seq += 1  # from an odd start, +1 and +1 leave it even while writing, odd between writes
         seg.set("image_seq", seq + 1)  # odd: writing
         np.copyto(seg.images, self._image_buf)
         image_frame = frame + (3 if "image-frame-ahead" in self._mis else 0)

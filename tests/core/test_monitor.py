@@ -170,39 +170,50 @@ def test_attach_transient_then_violation_then_stall(segment_factory):
     assert core.status.text == "stalled for 5 s"
 
 
-def test_image_seq_odd_at_every_poll_for_seconds_reads_images_stuck(segment_factory):
-    """An engine stuck inside an image write (or one keeping the seqlock inverted) never yields a consistent
-    copy: with the heartbeat going, the state says so after stall_after seconds instead of free-running."""
+def test_image_seq_odd_at_most_polls_reads_images_stuck_and_copies_nothing(segment_factory):
+    """An engine stuck inside an image write, or one keeping the seqlock inverted (even only while it writes),
+    gives no trustworthy copy: with the heartbeat going, once ~90 % of polls over about two seconds find
+    image_seq odd the state says so (it read free-running), no image is copied, and an odd image_seq no longer
+    stops the hot copy; under 50 % it is sound again."""
     seg = segment_factory(num_envs=2, obs_size=2, act_size=1, image=(4, 4, 3))
     clock = Clock()
     seg.set("engine_state", 1)
     seg.set("frame_seq", 5)
     seg.set("image_seq", 4)
     core = MonitorCore(seg.name, clock=clock)
-    beat = iter(range(1, 1000))
+    beat = iter(range(1, 100000))
 
-    def poll(dt: float) -> None:
+    def poll(dt: float, image_seq: int | None = None) -> None:
         clock.t += dt
+        if image_seq is not None:
+            seg.set("image_seq", image_seq)
         seg.set("heartbeat_ns", next(beat))
         core.poll()
 
     poll(0.0)
     assert core.status.state is LinkState.FREE_RUNNING
-    seg.set("image_seq", 5)  # a write begins ... and never ends; the engine carries on otherwise
-    for _ in range(4):
-        poll(0.5)
-        assert core.status.state is LinkState.FREE_RUNNING  # a write in progress, for now
-    poll(0.6)
-    assert core.status.state is LinkState.IMAGES_STUCK and not core.status.state.healthy
-    assert core.status.text == "no consistent image for 3 s" and "image_seq odd" in core.status.reason
-    seg.set("image_seq", 7)  # odd again: an inverted seqlock moves, but is never even
-    poll(0.5)
-    assert core.status.state is LinkState.IMAGES_STUCK
-    seg.set("image_seq", 8)
-    poll(0.1)
+    for _ in range(60):  # a write takes a moment: an odd image_seq at some polls is nothing
+        poll(1 / 60, 5 if _ % 3 == 0 else 6)
     assert core.status.state is LinkState.FREE_RUNNING
-    seg.set("image_seq", 9)
-    poll(5.0)  # the heartbeat stops too: stalled comes first
+    for _ in range(90):  # stuck inside a write: odd at every poll, for 1.5 s: not yet
+        poll(1 / 60, 7)
+    assert core.status.state is LinkState.FREE_RUNNING
+    for k in range(120):  # inverted: odd but at one poll in twenty, where a write is under way
+        poll(1 / 60, 9 + 2 * k if k % 20 else 8 + 2 * k)
+    assert core.status.state is LinkState.IMAGES_STUCK and not core.status.state.healthy
+    assert core.status.text.startswith("no consistent image: image_seq odd at ") and "% of polls" in core.status.text
+    assert "inverted" in core.status.reason
+    copied = core.counters.images_copied
+    core.copy_images = True
+    for k in range(30):
+        poll(1 / 60, 300 + 2 * k if k % 10 == 0 else 301 + 2 * k)  # even now and then: never copied meanwhile
+    assert core.counters.images_copied == copied and core.status.state is LinkState.IMAGES_STUCK
+    for _ in range(60):  # sound again: even at every poll
+        poll(1 / 60, 400)
+    assert core.status.state is LinkState.FREE_RUNNING
+    seg.set("image_seq", 401)
+    for _ in range(5):
+        poll(1.0)  # the heartbeat stops too: stalled comes first
     clock.t += 5.0
     core.poll()
     assert core.status.state is LinkState.STALLED

@@ -182,6 +182,7 @@ CASES: dict[str, tuple[str, str, bool]] = {
     "images-ignore-disabled": ("C35", "image_seq moved from", False),
     "heartbeat-stops": ("C25", "", False),
     "image-frame-ahead": ("C23", "image_frame_seq", False),
+    "image-seqlock-inverted": ("C23", "stayed odd", False),
     "ring-unaligned": ("C26", "cmd_s2c", False),
     "ignore-trainer": ("C20", "frame_seq", True),
     "stall-step": ("C43", "the engine's turn at frame_seq", True),

@@ -375,3 +375,30 @@ def test_a_flooded_ring_is_reported_as_missed_bytes_and_nothing_hangs(engines) -
     assert all(t.state is LinkState.FREE_RUNNING for t in ticks)
     assert last.corrupt_total == 0 and last.undecodable.get("main s2c", 0) == 0
     s.close()
+
+
+def test_an_inverted_image_seqlock_in_lock_step_reads_images_stuck_and_frames_still_flow(
+    engines, subprocess_env, children
+) -> None:
+    """An engine whose image_seq is odd between writes (even only while it writes): no copy of its images can
+    be trusted, and an odd image_seq no longer means "inside its step" to the hot read, or nearly every frame
+    would be deferred (5 a second were seen of 50)."""
+    eng = ReferenceEngine(config(image=(16, 16), camera_fps=0, misbehave=frozenset({"image-seqlock-inverted"})))
+    engines.append(eng)
+    tr = Child([PY, "-c", TRAINER, eng.name], subprocess_env)
+    children.append(tr)
+    assert tr.readline() == "attached"
+    s = MonitorSession(eng.name, discover=False, tools=False, stall_after=10.0)
+    stuck = wait(s, lambda t: t.state is LinkState.IMAGES_STUCK, "images stuck", engines=engines)
+    assert stuck.text.startswith("no consistent image: image_seq odd at ") and stuck.live is not None
+    assert stuck.live.client_pid == tr.pid
+    copied, seen, frame = stuck.counters.images_copied, stuck.counters.frames_seen, stuck.live.frame_seq
+    end = time.monotonic() + 2.0
+    last = stuck
+    while time.monotonic() < end:
+        last = wait(s, lambda t: True, "a step", engines=engines)
+        assert last.state is LinkState.IMAGES_STUCK, (last.state, last.text)
+    assert last.live is not None and last.live.frame_seq - frame > 20
+    assert last.counters.frames_seen - seen >= 0.5 * (last.live.frame_seq - frame)  # frames flow
+    assert last.counters.images_copied == copied  # and no image is copied meanwhile
+    s.close()
