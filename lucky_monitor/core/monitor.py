@@ -533,7 +533,7 @@ class MonitorCore:
                 if live.engine_state > _ENGINE_STATE_MAX
                 else ("sim_mode", live.sim_mode, SimMode)
             )
-            reason = str(HeaderError(field, f"{v}, must be {vocab.describe()} (changed while attached)"))
+            reason = str(HeaderError(field, f"{v}, must be {vocab.describe()}"))  # the words a fresh attach says
             self._lost(reason, now, LinkState.INCOMPATIBLE, f"{seg.name}: incompatible")
             return None
         if now - att.fixed_checked_at >= self.FIXED_CHECK_S:
@@ -546,7 +546,9 @@ class MonitorCore:
                 return None
         h = att.header
         counter = seg.read_counter
-        if now - att.pids_checked_at >= self.PID_CHECK_S:
+        if now - att.pids_checked_at >= self.PID_CHECK_S or live.client_pid != att.client_pid:
+            # A trainer that leaves may be leaving because the engine died: look at once, so the state goes
+            # straight to "engine exited" instead of showing free-running for up to PID_CHECK_S first.
             att.pids_checked_at = now
             att.server_alive = pid_alive(h.server_pid)
             att.client_alive = live.client_pid == 0 or pid_alive(live.client_pid)

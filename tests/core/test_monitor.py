@@ -219,6 +219,38 @@ def test_image_seq_odd_at_most_polls_reads_images_stuck_and_copies_nothing(segme
     assert core.status.state is LinkState.STALLED
 
 
+def test_a_trainer_leaving_because_the_engine_died_reads_engine_exited_at_once(segment_factory):
+    """The reference trainer clears client_pid when its engine dies: that poll looks at the engine's pid
+    too, so the state does not show free-running (engine alive) for up to PID_CHECK_S first."""
+    import subprocess
+    import sys
+
+    engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        seg = segment_factory(num_envs=2, obs_size=2, act_size=1, server_pid=engine.pid)
+        seg.set("engine_state", 1)
+        seg.set("heartbeat_ns", 1)
+        seg.set("client_pid", trainer.pid)
+        seg.set("frame_seq", 4)
+        seg.set("action_seq", 4)
+        clock = Clock()
+        core = MonitorCore(seg.name, clock=clock)
+        core.poll()
+        assert core.status.state is not LinkState.FREE_RUNNING and core.engine_alive
+        engine.kill()
+        engine.wait()
+        seg.set("client_pid", 0)
+        clock.t += 0.02  # well inside PID_CHECK_S
+        seg.set("heartbeat_ns", 2)
+        core.poll()
+        assert core.status.state is LinkState.ENGINE_EXITED, core.status
+    finally:
+        for p in (engine, trainer):
+            p.kill()
+            p.wait()
+
+
 @pytest.mark.parametrize("cut", [100, 0, "rewritten"])
 def test_a_dead_engines_segment_cut_or_overwritten_reads_engine_exited_not_incompatible(segment_factory, cut):
     """A truncation that kills the engine leaves a file that fails the header check: still 'engine exited'
