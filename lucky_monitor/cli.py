@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import __version__
+from .core.argtypes import in_range, seconds_between
 from .core.conformance import FAIL, NA, PASS, SKIPPED, heartbeat_age, run_check
 from .core.conformance import RuleResult as RuleResult  # re-exported: run_check's result type
 from .core.pacing import DEFAULT_YIELD_US
@@ -173,27 +174,16 @@ def add_allow_other_user_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _in_range(text: str, kind: type[float] | type[int], low: float, high: float, what: str) -> float:
-    """``text`` as a ``kind`` from ``low`` to ``high``; otherwise argparse's error, ``what`` naming the range."""
-    try:
-        v = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole number' if kind is int else 'number'}") from None
-    if not low <= v <= high:
-        raise argparse.ArgumentTypeError(f"{text!r} must be {what}")
-    return v
-
-
 def _budget_pct(text: str) -> float:
-    return _in_range(text, float, 0, 1600, "a percentage of one core, 0 (no limit) to 1600")
+    return in_range(text, float, 0, 1600, "a percentage of one core, 0 (no limit) to 1600")
 
 
 def _yield_us(text: str) -> float:
-    return _in_range(text, float, 0, 1_000_000, "microseconds, 0 (never) to 1000000")
+    return in_range(text, float, 0, 1_000_000, "microseconds, 0 (never) to 1000000")
 
 
 def _nice_value(text: str) -> int:
-    return int(_in_range(text, int, 0, 19, "a nice value from 0 (as started) to 19 (lowest)"))
+    return int(in_range(text, int, 0, 19, "a nice value from 0 (as started) to 19 (lowest)"))
 
 
 def _positive_float(text: str) -> float:
@@ -206,25 +196,16 @@ def _positive_float(text: str) -> float:
     return v
 
 
-def _seconds_between(low: float, high: float) -> Callable[[str], float]:
-    """A ``type=`` for seconds from ``low`` to ``high`` (a tiny or huge value means nothing sensible)."""
-
-    def parse(text: str) -> float:
-        return _in_range(text, float, low, high, f"seconds, {low:g} to {high:g}")
-
-    return parse
-
-
 def _seconds_or_zero(text: str) -> float:
-    return _in_range(text, float, 0, 3600, "seconds, 0 to 3600")
+    return in_range(text, float, 0, 3600, "seconds, 0 to 3600")
 
 
 def _step_count(text: str) -> int:
-    return int(_in_range(text, int, 0, 2**63 - 1, "0 or more steps"))
+    return int(in_range(text, int, 0, 2**63 - 1, "0 or more steps"))
 
 
 def _columns(text: str) -> int:
-    return int(_in_range(text, int, 1, hdr.MAX_ENVS, f"a whole number of columns from 1 to {hdr.MAX_ENVS}"))
+    return int(in_range(text, int, 1, hdr.MAX_ENVS, f"a whole number of columns from 1 to {hdr.MAX_ENVS}"))
 
 
 def _window_seconds(text: str) -> float:
@@ -297,6 +278,11 @@ def main(argv: list[str] | None = None) -> int:
         if run is None:
             return _no_subcommand(args, parser)
         return int(run(args) or 0)
+    except UsageError as exc:  # as argparse's own: the subcommand, the message, where its usage is
+        command = getattr(args, "command", None)
+        usage = f"lucky-monitor {command}" if command else "lucky-monitor"
+        _error(f"{command + ': ' if command else ''}{exc} (usage: {usage} --help)")
+        return exc.exit_code
     except LuckyMonitorError as exc:
         _error(str(exc))
         return exc.exit_code
@@ -578,14 +564,14 @@ def _live_check_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--seconds",
-        type=_seconds_between(0.5, 3600),
+        type=seconds_between(0.5, 3600),
         default=5.0,
         metavar="S",
         help="with --live: how long the timed invariants are sampled (default 5)",
     )
     p.add_argument(
         "--deadline",
-        type=_seconds_between(0.01, 600),
+        type=seconds_between(0.01, 600),
         default=1.0,
         metavar="SECONDS",
         help="with --live: how long each request may take to be answered (default 1)",
@@ -698,7 +684,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
     p.add_argument(
         "--timeout",
-        type=_seconds_between(0.01, 86400),
+        type=seconds_between(0.01, 86400),
         default=5.0,
         help="seconds to wait for the engine before giving up (default 5)",
     )
@@ -748,7 +734,7 @@ def _draw_args(p: argparse.ArgumentParser) -> None:
     for sp in (line, arrow, vel):
         sp.add_argument("--color", default="1,0.2,0.2,1", metavar="R,G,B[,A]", help="components 0..1")
         sp.add_argument("--clear", action="store_true", help="set clear_previous: erase earlier drawings first")
-    p.add_argument("--timeout", type=_seconds_between(0.01, 3600), default=2.0, help="seconds to wait for the reply")
+    p.add_argument("--timeout", type=seconds_between(0.01, 3600), default=2.0, help="seconds to wait for the reply")
     add_allow_other_user_argument(p)
 
 
@@ -848,10 +834,9 @@ def _snapshot_args(p: argparse.ArgumentParser) -> None:
     "snapshot", "write the image region (the grid, or one env) to a PNG, exact pixels, no display", _snapshot_args
 )
 def _cmd_snapshot(args: argparse.Namespace) -> int:
-    from .core.outputs import check_output_path
-    from .headless.snapshot import run_snapshot
+    from .headless.snapshot import check_snapshot_arguments, run_snapshot
 
-    check_output_path(args.output, "-o", "snapshot.png")  # a usage error first, whatever the segment
+    check_snapshot_arguments(args)  # a usage error first, whatever the segment
     return run_snapshot(args, _precheck(args.name, args.allow_other_user))
 
 
@@ -864,10 +849,9 @@ def _record_args(p: argparse.ArgumentParser) -> None:
 
 @subcommand("record", "record the image grid (or one env) to a video file, until --seconds or Ctrl-C", _record_args)
 def _cmd_record(args: argparse.Namespace) -> int:
-    from .core.outputs import check_output_path
-    from .headless.record import run_record
+    from .headless.record import check_record_arguments, run_record
 
-    check_output_path(args.output, "-o", "recording.mp4")  # a usage error first, whatever the segment
+    check_record_arguments(args)  # a usage error first, whatever the segment
     return run_record(args, _precheck(args.name, args.allow_other_user))
 
 

@@ -160,7 +160,21 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
         (["sim", "--name", ""], "invalid segment name '' (--name): it is empty"),
         (["export", "--listen", "127.0.0.1:0", "--poll-hz", "1e-300"], "--poll-hz 1e-300: must be 0.1 to 240"),
         (["demo", "--headless", "--screenshot", "shot.png", "--quit-after", "1"], "--screenshot describes the window"),
-        (["sim", "--hz", "1e-300"], "--hz 1e-300: steps per second must be 0.1 to 100000"),
+        (
+            ["sim", "--hz", "1e-300"],
+            "sim: --hz 1e-300: steps per second must be 0.1 to 100000 (usage: lucky-monitor sim",
+        ),
+        (
+            ["record", "LuckyEngine_none", "-o", "r.xyz"],
+            "record: -o r.xyz: the video's format comes from its extension",
+        ),
+        (["record", "LuckyEngine_none", "-o", "r.mp4", "--env", "-1"], "argument --env: '-1' must be an env index"),
+        (["record", "LuckyEngine_none", "-o", "r.mp4", "--fps", "nan"], "argument --fps: 'nan' must be frames per"),
+        (["snapshot", "LuckyEngine_none", "-o", "s.png", "--timeout", "inf"], "'inf' must be seconds, 0.01 to 3600"),
+        (
+            ["snapshot", "LuckyEngine_none", "-o", "s.jpg"],
+            "snapshot: -o s.jpg: snapshot writes a PNG; name the file .png",
+        ),
         (["demo", "--headless", "--hz", "0"], "--hz 0: steps per second must be 0.1 to 100000"),
         (["check", "--live", "--seconds", "1e-300"], "argument --seconds: '1e-300' must be seconds, 0.5 to 3600"),
         (["check", "--live", "--deadline", "1e300"], "'1e300' must be seconds, 0.01 to 600"),

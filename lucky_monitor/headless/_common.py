@@ -6,11 +6,13 @@ import math
 import time
 from collections.abc import Callable
 
+from ..core.argtypes import ranged, seconds_between
 from ..core.monitor import FULL_IMAGE_COPY_MAX_BYTES
 from ..core.session import MonitorSession, Tick
 from ..core.text import bytes_text
 from ..core.tiler import Tiler, TilerError
 from ..protocol.errors import UnavailableError, UsageError
+from ..protocol.header import MAX_ENVS
 
 __all__ = ["attach", "grid_columns", "require", "wait_for"]
 
@@ -62,6 +64,12 @@ def wait_for(
             why = f" ({tick.reason})" if tick.reason else ""
             raise UnavailableError(f"{what} within {timeout_s:g} s: {tick.text}{why}")
         time.sleep(period_s)
+
+
+#: ``--env``, ``--cols`` and ``--timeout`` of ``snapshot`` and ``record`` (the segment bounds env and columns further).
+ENV_ARG = ranged(int, 0, MAX_ENVS - 1, f"an env index from 0 to {MAX_ENVS - 1}")
+COLS_ARG = ranged(int, 1, MAX_ENVS, f"a whole number of columns from 1 to {MAX_ENVS}")
+TIMEOUT_ARG = seconds_between(0.01, 3600)
 
 
 def attach(session: MonitorSession, timeout_s: float) -> Tick:

@@ -35,10 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from ..core.argtypes import ranged, seconds_between
 from ..core.outputs import check_output_path
 from ..core.session import MonitorSession
 from ..protocol.errors import LuckyMonitorError, UnavailableError, UsageError
-from ._common import image_target, require
+from ._common import COLS_ARG, ENV_ARG, TIMEOUT_ARG, image_target, require
 
 __all__ = ["RecordStats", "add_record_arguments", "even_frame", "record", "run_record"]
 
@@ -61,19 +62,35 @@ class RecordStats:
     width: int = 0
     height: int = 0
     interrupted: bool = False
-    ended: str = "done"  # or "stopped by Ctrl-C", "engine gone", "segment recreated with another geometry"
+    ended: str = (
+        "done"  # or "stopped by Ctrl-C" / "by SIGTERM", "engine gone", "segment recreated with another geometry"
+    )
 
 
 def add_record_arguments(p: argparse.ArgumentParser) -> None:
     """The ``record`` subcommand's options (the segment NAME is added by the CLI)."""
-    p.add_argument("-o", "--output", metavar="FILE.mp4", required=True, help="the video file to write")
     p.add_argument(
-        "--seconds", type=float, default=None, metavar="S", help="stop after S seconds of video (default: Ctrl-C)"
+        "-o", "--output", metavar="FILE.mp4", required=True, help="the video file to write (.mp4, .mkv or .mov)"
     )
-    p.add_argument("--fps", type=float, default=30.0, metavar="F", help="frames per second of the video (default 30)")
-    p.add_argument("--env", type=int, default=None, metavar="I", help="only env I's image (default: the grid)")
-    p.add_argument("--cols", type=int, default=None, metavar="C", help="grid columns (default: ceil(sqrt(envs)))")
-    p.add_argument("--timeout", type=float, default=5.0, metavar="S", help="seconds to wait for the segment")
+    p.add_argument(
+        "--seconds",
+        type=seconds_between(0.01, 1e7),
+        default=None,
+        metavar="S",
+        help="stop after S seconds of video (default: Ctrl-C)",
+    )
+    p.add_argument(
+        "--fps",
+        type=ranged(float, 0.1, 240, "frames per second, 0.1 to 240"),
+        default=30.0,
+        metavar="F",
+        help="frames per second of the video, 0.1 to 240 (default 30)",
+    )
+    p.add_argument("--env", type=ENV_ARG, default=None, metavar="I", help="only env I's image (default: the grid)")
+    p.add_argument("--cols", type=COLS_ARG, default=None, metavar="C", help="grid columns (default: ceil(sqrt(envs)))")
+    p.add_argument(
+        "--timeout", type=TIMEOUT_ARG, default=5.0, metavar="S", help="seconds to wait for the segment, 0.01 to 3600"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -91,8 +108,9 @@ def even_frame(img: np.ndarray) -> np.ndarray:
 def _stop_on_signals() -> Iterator[dict[str, bool]]:
     stop = {"now": False}
 
-    def on_signal(*_: object) -> None:
+    def on_signal(signum: int, _frame: object) -> None:
         stop["now"] = True
+        stop["term"] = signum == signal.SIGTERM
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -210,7 +228,7 @@ def record(
     finally:
         stats.interrupted = stop["now"]
         if stats.interrupted:
-            stats.ended = "stopped by Ctrl-C"
+            stats.ended = "stopped by SIGTERM" if stop.get("term") else "stopped by Ctrl-C"
         try:
             writer.close()
         except (OSError, RuntimeError) as exc:
@@ -228,19 +246,18 @@ def _ffmpeg_text(exc: BaseException) -> str:
     return (text.splitlines() or ["no reason given"])[0]
 
 
-def run_record(args: argparse.Namespace, name: str) -> int:
-    """``record``: write the video, with a progress bar; exit 0 when done or stopped by Ctrl-C."""
+def check_record_arguments(args: argparse.Namespace) -> None:
+    """What can be checked before the segment is looked up (a usage error, exit 2)."""
     check_output_path(args.output, "-o", "recording.mp4")
     if not str(args.output).lower().endswith(VIDEO_EXTENSIONS):
         raise UsageError(
             f"-o {args.output}: the video's format comes from its extension: {', '.join(VIDEO_EXTENSIONS)}"
         )
-    if not (0.1 <= args.fps <= 240):  # also refuses NaN; ffmpeg takes no slower frame rate
-        raise UsageError(f"--fps {args.fps}: must be 0.1 to 240")
-    if args.seconds is not None and not (args.seconds > 0 and math.isfinite(args.seconds)):
-        raise UsageError(f"--seconds {args.seconds}: must be a positive number of seconds")
-    if not (args.timeout > 0 and math.isfinite(args.timeout)):
-        raise UsageError(f"--timeout {args.timeout}: must be a positive number of seconds")
+
+
+def run_record(args: argparse.Namespace, name: str) -> int:
+    """``record``: write the video, with a progress bar; exit 0 when done or stopped by Ctrl-C."""
+    check_record_arguments(args)
     require("imageio_ffmpeg", "record")
     require("tqdm", "record")
     from tqdm import tqdm

@@ -22,7 +22,7 @@ from ..core.outputs import check_output_path
 from ..core.session import MonitorSession
 from ..protocol.errors import UsageError
 from ..sim.font import render_text
-from ._common import image_target, wait_for
+from ._common import COLS_ARG, ENV_ARG, TIMEOUT_ARG, image_target, wait_for
 from .png import write_png
 
 __all__ = ["LABEL_GAP", "add_snapshot_arguments", "label_tiles", "run_snapshot", "take_snapshot"]
@@ -33,13 +33,24 @@ LABEL_GAP = 2
 
 def add_snapshot_arguments(p: argparse.ArgumentParser) -> None:
     """The ``snapshot`` subcommand's options (the segment NAME is added by the CLI)."""
-    p.add_argument("-o", "--output", metavar="FILE.png", required=True, help="the PNG to write")
-    p.add_argument("--env", type=int, metavar="I", default=None, help="only env I's image (default: the grid)")
-    p.add_argument("--cols", type=int, metavar="C", default=None, help="grid columns (default: ceil(sqrt(envs)))")
+    p.add_argument("-o", "--output", metavar="FILE.png", required=True, help="the PNG to write (name it .png)")
+    p.add_argument("--env", type=ENV_ARG, metavar="I", default=None, help="only env I's image (default: the grid)")
+    p.add_argument("--cols", type=COLS_ARG, metavar="C", default=None, help="grid columns (default: ceil(sqrt(envs)))")
     p.add_argument("--labels", action="store_true", help="2-pixel gaps and each tile's env index in its corner")
     p.add_argument(
-        "--timeout", type=float, default=5.0, metavar="S", help="seconds to wait for a consistent copy (default 5)"
+        "--timeout",
+        type=TIMEOUT_ARG,
+        default=5.0,
+        metavar="S",
+        help="seconds to wait for a consistent copy, 0.01 to 3600 (default 5)",
     )
+
+
+def check_snapshot_arguments(args: argparse.Namespace) -> None:
+    """What can be checked before the segment is looked up (a usage error, exit 2)."""
+    check_output_path(args.output, "-o", "snapshot.png")
+    if not os.fspath(args.output).lower().endswith(".png"):
+        raise UsageError(f"-o {args.output}: snapshot writes a PNG; name the file .png")
 
 
 def label_tiles(grid: np.ndarray, num_envs: int, height: int, width: int, columns: int, gap: int) -> None:
@@ -98,9 +109,7 @@ def take_snapshot(
 
 def run_snapshot(args: argparse.Namespace, name: str) -> int:
     """``snapshot``: write the PNG; print its path and size."""
-    check_output_path(args.output, "-o", "snapshot.png")
-    if not (args.timeout > 0):
-        raise UsageError(f"--timeout {args.timeout}: must be a positive number of seconds")
+    check_snapshot_arguments(args)
     session = MonitorSession.read_only(name, allow_other_user=bool(getattr(args, "allow_other_user", False)))
     try:
         img = take_snapshot(session, env=args.env, columns=args.cols, labels=args.labels, timeout_s=args.timeout)

@@ -150,7 +150,10 @@ def test_a_grid_too_large_to_hold_is_a_usage_error_with_cols_and_unavailable_wit
     out = str(tmp_path / "x.png")
     assert main(["snapshot", eng.name, "-o", out, "--cols", "7"]) == 2
     line = capsys.readouterr().err.strip()
-    assert line == "lucky-monitor: error: --cols 7 gives a 140x12x3 grid, over 45 pixels a side or 1073741824 bytes"
+    assert line == (
+        "lucky-monitor: error: snapshot: --cols 7 gives a 140x12x3 grid, over 45 pixels a side or 1073741824 bytes"
+        " (usage: lucky-monitor snapshot --help)"
+    )
     assert main(["snapshot", eng.name, "-o", out]) == 5
     assert "choose the layout with --cols" in capsys.readouterr().err
     assert not os.path.exists(out)

@@ -1,0 +1,43 @@
+"""``type=`` functions for argparse options: a number in a range, or seconds in a range.
+
+The command line's subcommands (``lucky_monitor.cli`` and the headless ones)
+check their numbers with these, so a bad value is argparse's one-line usage
+error naming the option, before any segment is looked up.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+__all__ = ["in_range", "ranged", "seconds_between"]
+
+
+def in_range(text: str, kind: type[float] | type[int], low: float, high: float, what: str) -> float:
+    """``text`` as a ``kind`` from ``low`` to ``high``; otherwise argparse's error, ``what`` naming the range."""
+    try:
+        v = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole number' if kind is int else 'number'}") from None
+    if not low <= v <= high:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text!r} must be {what}")
+    return v
+
+
+def seconds_between(low: float, high: float) -> Callable[[str], float]:
+    """A ``type=`` for seconds from ``low`` to ``high`` (a tiny or huge value means nothing sensible)."""
+
+    def parse(text: str) -> float:
+        return in_range(text, float, low, high, f"seconds, {low:g} to {high:g}")
+
+    return parse
+
+
+def ranged(kind: type[int] | type[float], low: float, high: float, what: str) -> Callable[[str], float]:
+    """A ``type=`` for a ``kind`` from ``low`` to ``high``; ``what`` names the range in the error."""
+
+    def parse(text: str) -> float:
+        v = in_range(text, kind, low, high, what)
+        return int(v) if kind is int else v
+
+    return parse
