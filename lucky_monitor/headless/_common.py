@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from ..core.argtypes import ranged, seconds_between
-from ..core.monitor import FULL_IMAGE_COPY_MAX_BYTES
+from ..core.monitor import FULL_IMAGE_COPY_MAX_BYTES, LinkState
 from ..core.session import MonitorSession, Tick
 from ..core.text import bytes_text
 from ..core.tiler import Tiler, TilerError
@@ -47,22 +47,31 @@ def wait_for(
     *,
     period_s: float = 1.0 / 60.0,
     clock: Callable[[], float] = time.monotonic,
+    hopeless: Callable[[Tick], bool] | None = None,
+    grace_s: float = 1.0,
 ) -> Tick:
     """Step ``session`` at ``period_s`` until ``until(tick)``; after ``timeout_s`` raise, saying ``what`` was missing.
+
+    ``hopeless``: a state that waiting will not change (checked once ``grace_s`` has passed, or the timeout if
+    sooner) ends the wait early with the same message.
 
     Raises
     ------
     UnavailableError
         The condition did not hold in time; the message carries the link's state and reason.
     """
-    deadline = clock() + timeout_s
+    start = clock()
+    deadline = start + timeout_s
     while True:
-        tick = session.step(clock())
+        now = clock()
+        tick = session.step(now)
         if until(tick):
             return tick
-        if clock() >= deadline:
-            why = f" ({tick.reason})" if tick.reason else ""
+        why = f" ({tick.reason})" if tick.reason else ""
+        if now >= deadline:
             raise UnavailableError(f"{what} within {timeout_s:g} s: {tick.text}{why}")
+        if hopeless is not None and now - start >= grace_s and hopeless(tick):
+            raise UnavailableError(f"{what}: {tick.text}{why}")
         time.sleep(period_s)
 
 
@@ -72,10 +81,19 @@ COLS_ARG = ranged(int, 1, MAX_ENVS, f"a whole number of columns from 1 to {MAX_E
 TIMEOUT_ARG = seconds_between(0.01, 3600)
 
 
+_HOPELESS = (LinkState.ENGINE_EXITED, LinkState.INCOMPATIBLE)
+
+
 def attach(session: MonitorSession, timeout_s: float) -> Tick:
     """Step until the session is attached to its segment; the first attached Tick."""
     name = session.name or "a live segment"
-    return wait_for(session, lambda t: t.header is not None, timeout_s, f"could not attach to {name}")
+    return wait_for(
+        session,
+        lambda t: t.header is not None,
+        timeout_s,
+        f"could not attach to {name}",
+        hopeless=lambda t: t.state in _HOPELESS,  # a dead engine's segment, or one that fails the header check
+    )
 
 
 def image_target(

@@ -198,3 +198,25 @@ def test_an_image_region_over_the_copy_limit_is_refused_without_allocating_it(
         assert session._link.images is None  # no whole-region buffer
     finally:
         session.close()
+
+
+@linux_only
+def test_a_dead_engines_segment_is_refused_without_waiting_out_the_timeout(segment_factory, tmp_path, capsys) -> None:
+    """The segment of an engine that died is not waited on for the whole --timeout: once the state has
+    read "engine exited" for a second, one line says so (exit 5)."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # a pid that is gone
+    seg = segment_factory(image=(8, 6, 3), server_pid=child.pid)
+    seg.set("heartbeat_ns", time.monotonic_ns())
+    out = tmp_path / "x.png"
+    t0 = time.monotonic()
+    assert main(["snapshot", seg.name, "-o", str(out), "--timeout", "600"]) == 5
+    assert time.monotonic() - t0 < 60  # not the 600 s asked for
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == f"lucky-monitor: error: could not attach to {seg.name}: engine exited (engine pid {child.pid} is gone)"
+    )
+    assert not out.exists()
