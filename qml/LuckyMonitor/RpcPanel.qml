@@ -239,6 +239,7 @@ DarkPane {
                     Layout.topMargin: 4
                     enginePct: root.backend.engineSharePct
                     trainerPct: root.backend.trainerSharePct
+                    attached: root.backend.attached
                 }
             }
 

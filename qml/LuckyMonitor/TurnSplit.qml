@@ -8,6 +8,7 @@ ColumnLayout {
     id: root
     property real enginePct: -1
     property real trainerPct: -1
+    property bool attached: true  // detached: nothing is known about a trainer either
     readonly property bool known: enginePct >= 0 && trainerPct >= 0
 
     Layout.fillWidth: true
@@ -43,7 +44,8 @@ ColumnLayout {
     RowLayout {
         Layout.fillWidth: true
         Label {
-            text: root.known ? "engine " + Math.round(root.enginePct) + " %" : "no lock-step: no trainer attached"
+            objectName: "turnSplitText"
+            text: root.known ? "engine " + Math.round(root.enginePct) + " %" : (root.attached ? "no lock-step: no trainer attached" : "—")
             color: root.known ? Theme.engine : Theme.dim
             font.pixelSize: Theme.small
         }
