@@ -545,7 +545,8 @@ def _check_args(p: argparse.ArgumentParser) -> None:
         type=_seconds_or_zero,
         default=0.25,
         metavar="SECONDS",
-        help="how long image_seq may stay odd (default 0.25)",
+        help="how long image_seq is watched (default 0.25): odd throughout, or at 90 %% of the looks "
+        "(an inverted seqlock), fails C23",
     )
     _live_check_args(p)
 

@@ -404,15 +404,31 @@ def _heartbeat(s: Subject, _: str) -> Outcome:
     return (PASS if ok else FAIL), f"last beat {age:.3f} s ago (limit {HEARTBEAT_LIMIT_S:g} s)"
 
 
+#: Looks at ``image_seq`` over the wait (one a millisecond) that may find it odd before C23's
+#: "image_seq even" fails, when there are enough of them to judge by: an engine whose writes are a
+#: memcpy inside its step is even at most of them; one that keeps the seqlock inverted (odd between
+#: writes, even only while writing) is odd at nearly all, and a single look can land in a write.
+ODD_SHARE_LIMIT = 0.9
+ODD_SHARE_MIN_LOOKS = 20
+
+
 def _image_seq_even(s: Subject, _: str) -> Outcome:
     deadline = time.monotonic() + s.image_wait_s
     seq = s.seg.read_counter("image_seq")
-    while seq & 1 and time.monotonic() < deadline:
+    looks, odd = 1, seq & 1
+    while time.monotonic() < deadline:
         time.sleep(0.001)
         seq = s.seg.read_counter("image_seq")
-    return (FAIL if seq & 1 else PASS), (
-        f"image_seq {seq}" + (f" stayed odd for {s.image_wait_s:g} s" if seq & 1 else "")
-    )
+        looks += 1
+        odd += seq & 1
+    if odd == looks:
+        return FAIL, f"image_seq {seq} stayed odd for {s.image_wait_s:g} s"
+    if looks >= ODD_SHARE_MIN_LOOKS and odd >= ODD_SHARE_LIMIT * looks:
+        return FAIL, (
+            f"image_seq odd at {odd} of {looks} looks over {s.image_wait_s:g} s: odd between writes "
+            "(an inverted seqlock) or writes that never pause"
+        )
+    return PASS, f"image_seq {seq}" + (f"; odd at {odd} of {looks} looks (writes in progress)" if odd else "")
 
 
 def _ring_names(h: Header) -> list[str]:

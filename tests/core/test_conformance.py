@@ -133,3 +133,39 @@ def test_service_masks_rule_passes_a_subset_and_needs_the_extension_block(segmen
     old = segment_factory(session_id=0)
     status, detail = statuses(old.name)["service masks"]
     assert status == NA and "session_id 0" in detail
+
+
+@pytest.mark.parametrize(
+    ("every", "status", "words"),
+    [
+        (20, FAIL, "inverted seqlock"),
+        (1, FAIL, "stayed odd"),
+        (0, PASS, "image_seq"),
+        (-20, PASS, "writes in progress"),
+    ],
+)
+def test_image_seq_even_judges_the_share_of_looks_not_one_look(every: int, status: str, words: str) -> None:
+    """An engine keeping the image seqlock inverted (odd between writes, even for a moment while writing)
+    passed when the one look landed in a write. ``every`` > 0: even at one look in ``every`` (1: never);
+    0: always even; < 0: odd at one look in ``-every`` (a sound engine's writes in progress)."""
+    import types
+
+    from lucky_monitor.core import conformance
+
+    looks = iter(range(1_000_000))
+
+    def read_counter(name: str) -> int:
+        k = next(looks)
+        if every > 1:
+            odd = k % every != 0
+        elif every == 1:
+            odd = True
+        elif every == 0:
+            odd = False
+        else:
+            odd = k % -every == 0
+        return 2 * k + (1 if odd else 0)
+
+    subject = types.SimpleNamespace(seg=types.SimpleNamespace(read_counter=read_counter), image_wait_s=0.1)
+    got, detail = conformance._image_seq_even(subject, "")  # type: ignore[arg-type]
+    assert got == status and words in detail, detail
