@@ -84,6 +84,8 @@ _SAMPLES_TEXT = "values are samples: {n} frames skipped, because {cause}"
 _DEFAULT_CAUSE = "not every frame reaches the 60 Hz poll"
 _MIN_RASTER_BINS = 64
 _TITLE_SIZE = "9pt"
+#: The raster's title while it holds no sample.
+_RASTER_EMPTY = "reward raster · no samples yet"
 #: A step between two entries this many times the typical one is a gap (the curves break there).
 GAP_FACTOR = 4.0
 #: Steps shorter than this (seconds) are never a gap, however regular the sampling.
@@ -571,7 +573,7 @@ class PlotsPanel(QtWidgets.QWidget):
         self._view: HistoryView | None = None
         self._raster = RasterDisplay()
         self._raster_shown: tuple | None = None
-        self._raster_title = ""
+        self._raster_title = _RASTER_EMPTY
         self._last_update_seconds = 0.0
         self._selected_curves: dict[int, pg.PlotDataItem] = {}
         self._build_plots()
@@ -615,7 +617,7 @@ class PlotsPanel(QtWidgets.QWidget):
         self.counts_plot.setLabel("left", "envs ended")
         self.raster_plot.setLabel("left", "env")
         self.raster_plot.setLabel("bottom", "frame_seq")
-        self.raster_plot.setTitle("reward raster", size=_TITLE_SIZE)
+        self.raster_plot.setTitle(_RASTER_EMPTY, size=_TITLE_SIZE)
         # One x axis, frame_seq, shown once under the raster; the panel sets the ranges (see follow_range).
         for plot in (self.reward_plot, self.counts_plot, self.raster_plot):
             if plot is not self.reward_plot:
@@ -1029,6 +1031,9 @@ class PlotsPanel(QtWidgets.QWidget):
                 self._set_range(raster_box, 1, wanted)
         if rows.shape[0] == 0:
             self.raster_image.clear()
+            if self._raster_title != _RASTER_EMPTY:  # no samples (a new attach, a detach): the title says so
+                self._raster_title = _RASTER_EMPTY
+                self.raster_plot.setTitle(_RASTER_EMPTY, size=_TITLE_SIZE)
             return
         image, x0, x1 = align_raster(seq, rows, columns, gap_starts(seq, t))
         if self._auto_levels:

@@ -499,6 +499,7 @@ def test_legends_sit_outside_the_data(panel: PlotsPanel) -> None:
 
 
 def test_raster_title_counts_samples_not_frames(panel: PlotsPanel) -> None:
+    assert "no samples yet" in panel.raster_plot.titleLabel.text
     seq = feed(panel.history, 30)
     feed(panel.history, 20, start_seq=seq, start_t=0.5, gap=2)
     panel.update_view()
@@ -507,6 +508,9 @@ def test_raster_title_counts_samples_not_frames(panel: PlotsPanel) -> None:
     low, high = panel.colorbar.levels()
     labels = [text for _, text in panel.colorbar.axis._tickLevels[0]]
     assert labels == [f"{v:.3g}" for v in (low, (low + high) / 2, high)]  # three labels, however short the bar
+    panel.set_history(History(16, capacity=2000, raster_capacity=120))  # a detach or a new attach: nothing yet
+    panel.update_view()
+    assert "no samples yet" in panel.raster_plot.titleLabel.text  # not the last attach's count over empty axes
 
 
 def test_a_gap_breaks_the_curves(panel: PlotsPanel) -> None:
