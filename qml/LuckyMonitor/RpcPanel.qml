@@ -116,11 +116,12 @@ DarkPane {
                         objectName: "simMode"
                         Layout.fillWidth: true
                         model: root.backend.simModeNames
-                        currentIndex: root.backend.simMode
+                        // Detached: no mode is known, so none is shown (a greyed "realtime" read as a fact).
+                        currentIndex: root.backend.attached ? root.backend.simMode : -1
                         enabled: root.backend.toolsAvailable && !root.backend.simModePending
                         onActivated: (index) => {
                             root.backend.setSimMode(index)
-                            currentIndex = Qt.binding(() => root.backend.simMode)
+                            currentIndex = Qt.binding(() => root.backend.attached ? root.backend.simMode : -1)
                         }
                     }
                 }

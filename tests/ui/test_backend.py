@@ -290,6 +290,7 @@ def test_views_load_without_warnings_before_any_update(views, tmp_path) -> None:
     assert qml_child(panel, "serviceSwitch_Camera").property("enabled") is False
     assert qml_child(draw, "drawForm").property("enabled") is False
     assert qml_child(panel, "turnSplitText").property("text") == "—"  # detached: nothing known of a trainer
+    assert qml_child(panel, "simMode").property("currentIndex") == -1  # nor of a simulation mode
     for view in (panel, draw):  # a required property given at creation, not a context property
         assert view.rootContext().contextProperty("backend") is None
     assert colour_of(qml_child(draw, "lastDrawResult")) == DIM  # "none yet"
