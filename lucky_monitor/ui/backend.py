@@ -233,16 +233,17 @@ class SegmentListModel(_RowModel):
         }
 
     @staticmethod
-    def missing_row(name: str) -> dict[str, Any]:
-        """A chosen segment that does not exist (the monitor keeps looking for it)."""
+    def missing_row(name: str, attached: bool = False) -> dict[str, Any]:
+        """A chosen segment the list does not hold: one that does not exist (the monitor keeps looking for
+        it), or, ``attached``, one attached by a name outside the listed prefix."""
         return {
             "name": name,
-            "label": f"{name} · not found",
+            "label": f"{name} · attached (a name outside the list's prefix)" if attached else f"{name} · not found",
             "serverPid": 0.0,
-            "alive": False,
+            "alive": attached,
             "numEnvs": 0,
             "age": "",
-            "error": "not found",
+            "error": "" if attached else "not found",
             "isAuto": False,
         }
 
@@ -473,6 +474,7 @@ class MonitorBackend(QObject):
         self._shown_commands: object = None
         self._selected: str | None = None
         self._segment_rows: tuple[SegmentEntry, ...] | None = None
+        self._attached_name: str | None = None  # the segment attached as of the last tick
 
     # ------------------------------------------------------------ constants
     @Property(QObject, constant=True)
@@ -516,9 +518,16 @@ class MonitorBackend(QObject):
         if tick.t >= self._next_live or tick.header is None:
             self._next_live = tick.t + self.LIVE_PERIOD_S
             self._apply_live(tick)
-        if tick.segments_changed or self._segment_rows is None or tick.selected != self._selected:
+        attached = tick.name if tick.header is not None else None
+        if (
+            tick.segments_changed
+            or self._segment_rows is None
+            or tick.selected != self._selected
+            or attached != self._attached_name
+        ):
             self._selected = tick.selected
             self._segment_rows = tick.segments
+            self._attached_name = attached
             self._apply_segments(tick.segments, tick.selected)
 
     def _apply_state(self, tick: Tick) -> None:
@@ -656,7 +665,7 @@ class MonitorBackend(QObject):
         rows = [SegmentListModel.auto_row(newest), *(SegmentListModel.info_row(e) for e in entries)]
         name = selected or ""
         if name and all(r["name"] != name for r in rows):
-            rows.append(SegmentListModel.missing_row(name))
+            rows.append(SegmentListModel.missing_row(name, attached=name == self._attached_name))
         reset = self._segments.set_rows(rows, key="name")
         self._set(selectedSegment=name, segmentIndex=max(self._segments.index_of(name), 0))
         if reset:

@@ -72,7 +72,8 @@ def small_config(**kw: object) -> EngineConfig:
         "tools_ring_size": 16 * 1024,
     }
     cfg.update(kw)
-    return EngineConfig(name=engine_name(), **cfg)  # type: ignore[arg-type]
+    cfg.setdefault("name", engine_name())
+    return EngineConfig(**cfg)  # type: ignore[arg-type]
 
 
 class Rig:
@@ -831,6 +832,24 @@ def test_views_follow_a_searching_session(rig, views) -> None:
     row = b.segments.row(b.value("segmentIndex"))
     assert row["name"] == rig.session.name and row["error"] == "not found"
     assert qml_child(panel, "segmentPicker").property("currentIndex") == b.value("segmentIndex")
+
+
+@engine_only
+def test_a_segment_attached_by_a_name_outside_the_prefix_is_not_listed_as_not_found(rig, views) -> None:
+    """The picker lists segments of its prefix; one followed by a name outside it, attached and live, read
+    "not found" while the panel showed it connected."""
+    name = f"xlm_{uuid.uuid4().hex[:10]}"  # not PREFIX
+    eng = rig.engine(name=name)
+    b = rig.follow(name)
+    views(b, "RpcPanel")
+    rig.pump(lambda: b.value("attached") and b.value("segmentIndex") > 0, "attached and in the picker")
+    row = b.segments.row(b.value("segmentIndex"))
+    assert row["name"] == name and row["error"] == "" and row["alive"] is True, row
+    assert row["label"] == f"{name} · attached (a name outside the list's prefix)"
+    eng.close()
+    rig.engines.remove(eng)
+    rig.pump(lambda: not b.value("attached"), "detached", tick=False)
+    rig.pump(lambda: b.segments.row(b.value("segmentIndex"))["error"] == "not found", "not found again", tick=False)
 
 
 @engine_only
