@@ -39,6 +39,7 @@ from .protocol.errors import (
     EXIT_USAGE,
     LuckyMonitorError,
     SegmentNotFound,
+    UnavailableError,
     UsageError,
 )
 from .protocol.header import HEADER_SIZE, Header, Region
@@ -746,6 +747,7 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     from .protocol.envelope import Envelope, encode
     from .protocol.errors import EnvelopeError
     from .protocol.messages import MethodId
+    from .transport.discovery import pid_alive
     from .transport.shm import Segment
     from .transport.tools_agent import claim_tools
 
@@ -776,11 +778,11 @@ def _cmd_draw(args: argparse.Namespace) -> int:
         encode(Envelope(method=MethodId.DrawReq, correlation_id=0, payload=req))
     except EnvelopeError as exc:
         raise UsageError(f"draw: {str(exc).removeprefix('cannot encode envelope: ')}") from None
-    with (
-        Segment.attach(args.name, allow_other_user=args.allow_other_user) as seg,
-        claim_tools(seg, allow_other_user=args.allow_other_user) as channel,
-    ):
-        resp, rtt = CommandClient(channel, timeout_s=args.timeout).request(MethodId.DrawReq, req)
+    with Segment.attach(args.name, allow_other_user=args.allow_other_user) as seg:
+        if not pid_alive(seg.header.server_pid):  # a dead engine's segment: nobody would answer
+            raise UnavailableError(f"{seg.name}: engine exited (engine pid {seg.header.server_pid} is gone)")
+        with claim_tools(seg, allow_other_user=args.allow_other_user) as channel:
+            resp, rtt = CommandClient(channel, timeout_s=args.timeout).request(MethodId.DrawReq, req)
     ok = getattr(resp.payload, "success", False)
     print(f"{'success' if ok else 'refused'} (round trip {ms_text(rtt, 2)})")
     return EXIT_OK if ok else EXIT_FAILED

@@ -13,6 +13,7 @@ import re
 import struct
 import subprocess
 import sys
+import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -307,6 +308,22 @@ def test_5_unavailable(segment_factory, shm_name: str, capsys) -> None:
     silent = segment_factory()  # a tools channel, but no engine serving it
     assert main(["draw", silent.name, "--timeout", "0.2", "clear"]) == EXIT_UNAVAILABLE
     assert "no reply" in one_error_line(capsys.readouterr().err)
+
+
+def test_5_a_dead_engines_segment_is_refused_at_once_by_draw_and_check_live(segment_factory, capsys) -> None:
+    """Nobody will answer on the tools channel of an engine that died: one line at once, not "no reply"
+    after the timeout (draw) or "no segment attached" after the claim's wait (check --live)."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    eng = segment_factory(server_pid=child.pid)
+    eng.set("engine_state", 1)
+    eng.set("heartbeat_ns", time.monotonic_ns())
+    for argv in (["draw", eng.name, "--timeout", "30", "clear"], ["check", eng.name, "--live", "--deadline", "30"]):
+        assert main(argv) == EXIT_UNAVAILABLE
+        line = one_error_line(capsys.readouterr().err)
+        assert line.endswith(f"{eng.name}: engine exited (engine pid {child.pid} is gone)"), line
 
 
 # ----------------------------------------------------------------------------- 130 interrupted

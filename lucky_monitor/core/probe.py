@@ -909,6 +909,7 @@ def run_live_probe(
     """
     from ..transport.shm import Segment
     from ..transport.tools import tools_owner
+    from .monitor import LinkState
     from .session import MonitorSession
 
     session = MonitorSession(
@@ -929,6 +930,8 @@ def run_live_probe(
                 raise ToolsChannelUnavailable(f"{name}: {tick.tools.reason}")
             if tick.tools.owner_pid and not tick.tools.ours:
                 raise ToolsChannelBusy(tick.tools.owner_pid)
+            if tick.state is LinkState.ENGINE_EXITED:  # a dead engine's segment: no claim can come
+                raise UnavailableError(f"{name}: engine exited ({tick.reason or 'its pid is gone'})")
             time.sleep(0.02)
             tick = session.step()
         client = session.lend_commands()
