@@ -796,8 +796,8 @@ class MonitorCore:
             self._set(
                 LinkState.IMAGES_STUCK,
                 f"no consistent image: image_seq odd at {100 * att.odd_share:.0f} % of polls",
-                "the engine is stuck inside an image write or keeps the image seqlock inverted (LAYOUT 8.1); "
-                "no image is copied meanwhile, the last good one stays",
+                "the engine is stuck inside an image write, keeps the image seqlock inverted, or writes images "
+                "without a pause (LAYOUT 8.1); no image is copied meanwhile, the last good one stays",
             )
         elif client_pid == 0:
             text = "free-running, no trainer" if idle < self.stall_after else f"free-running, no frame for {idle:.0f} s"
