@@ -622,6 +622,14 @@ class SingleEnvView(QtWidgets.QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.title)
         layout.addWidget(self.graphics, 1)
+        self.title.setToolTip("Esc or Ctrl+W closes this window")
+
+    def keyPressEvent(self, event: QtGui.QKeyEvent) -> None:
+        # Closable from the keyboard too: without a window manager (a bare X server) it has no close button.
+        if event.key() == Qt.Key.Key_Escape or event.matches(QtGui.QKeySequence.StandardKey.Close):
+            self.close()
+            return
+        super().keyPressEvent(event)
 
     def set_image(self, env: int, tile: np.ndarray) -> None:
         """Show ``tile`` (``(h, w, 3|4)`` uint8) as env ``env``."""

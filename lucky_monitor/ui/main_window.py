@@ -482,6 +482,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.backend.apply(tick)
         offer()
         now = tick.t
+        # Recording goes on while paused: the table shows what came meanwhile once the view resumes.
+        self.traffic.add(tick.traffic, tick.traffic_stats, tick.t)
         if not self._paused:
             image = tick.image
             # The session hands over the same ImageFrame while nothing changed: then only a held image is news.
@@ -501,7 +503,6 @@ class MainWindow(QtWidgets.QMainWindow):
                     offer()
             if tick.display_error:
                 self.grid.status_label.setText(tick.display_error)
-            self.traffic.add(tick.traffic, tick.traffic_stats, tick.t)
             self.inspector.apply(tick)  # repaints only when its alarms or statistics changed
             self._show_alarms(tick)
             offer()
@@ -593,8 +594,9 @@ class MainWindow(QtWidgets.QMainWindow):
             self.rate_label.setText(f"{fps} frames/s   {ips} images/s   poll {self._tick_cost * 1e3:4.1f} ms")
         else:
             self.rate_label.setText("")
-        self.budget_label.setText(self.budget.text())
-        _set_style(self.budget_label, "color: #e0a030;" if self.budget.over_budget else "")
+        # Paused, the budget's rates are not what is shown: the status bar says the display is frozen instead.
+        self.budget_label.setText("display paused (Space resumes)" if self._paused else self.budget.text())
+        _set_style(self.budget_label, "color: #e0a030;" if self.budget.over_budget or self._paused else "")
         title = f"lucky-monitor — {tick.name or 'no segment'} — {tick.state.value}"
         if self._paused:
             title += " (paused)"

@@ -326,6 +326,22 @@ def test_single_env_view_follows_selection_and_frames(grid_widget, solid_images)
     assert x1 - x0 == pytest.approx(view.view_box.width() * view.devicePixelRatioF(), rel=1e-6)
 
 
+@pytest.mark.parametrize("keys", ["Escape", "Ctrl+W"])
+def test_single_env_view_closes_from_the_keyboard(qtbot, grid_widget, solid_images, keys):
+    """A bare X server gives the window no close button: Esc and Ctrl+W close it."""
+    grid_widget.set_frame(solid_images(6, 20, 30))
+    grid_widget.select_env(1)
+    view = grid_widget.open_single_env_view()
+    qtbot.waitExposed(view)
+    key, mods = (
+        (QtCore.Qt.Key.Key_Escape, QtCore.Qt.KeyboardModifier.NoModifier)
+        if keys == "Escape"
+        else (QtCore.Qt.Key.Key_W, QtCore.Qt.KeyboardModifier.ControlModifier)
+    )
+    qtbot.keyClick(view.graphics, key, mods)  # pressed where the focus is: the tile's view passes it up
+    qtbot.waitUntil(lambda: not view.isVisible(), timeout=3000)
+
+
 def test_repaint_soak(qtbot, solid_images):
     """20,000 setImage + repaint cycles: PySide6 6.12.0 dies here with none_dealloc."""
     widget = ImageGridWidget()

@@ -268,6 +268,17 @@ def test_traffic_table_shows_the_panels_commands_and_filters(qtbot, window):
         win.traffic.filter_edit.setText("draw")
         assert set(methods()) == {"DrawReq", "DrawResp"}
         assert eng.seg.counter("sim_mode") == 2
+        # Paused, the table holds still, and the traffic that came meanwhile is there once it resumes.
+        shown = methods().count("DrawResp")
+        win.set_paused(True)
+        assert win.budget_label.text() == "display paused (Space resumes)"
+        total = win.traffic.total
+        win.backend.drawArrow(0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, False)
+        qtbot.waitUntil(lambda: win.traffic.total >= total + 2, timeout=5000)  # recorded while paused
+        assert methods().count("DrawResp") == shown  # not shown yet
+        win.set_paused(False)
+        qtbot.waitUntil(lambda: methods().count("DrawResp") == shown + 1, timeout=5000)
+        assert "paused" not in win.budget_label.text()
     finally:
         timer.stop()
         eng.close()
