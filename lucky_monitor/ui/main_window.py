@@ -201,6 +201,7 @@ class MainWindow(QtWidgets.QMainWindow):
         # --- centre: images over plots
         self.grid = ImageGridWidget()
         self.plots = PlotsPanel(self.history)
+        self.plots.ask_path = self._ask_path  # its CSV… and PNG… open where the window's saves do
         self.grid.env_selected.connect(self._on_env_selected)
         self.grid.display_changed.connect(self.session.set_display)
         self.grid.view_changed.connect(self.session.set_view)

@@ -575,6 +575,9 @@ class PlotsPanel(QtWidgets.QWidget):
         self._raster_shown: tuple | None = None
         self._raster_title = _RASTER_EMPTY
         self._last_update_seconds = 0.0
+        #: ``(title, default file name, filter) -> path or None``: the save dialog the CSV… and PNG… buttons use
+        #: (the window sets its own, which opens in the last folder used); ``None``: Qt's, in the working directory.
+        self.ask_path: Callable[[str, str, str], str | None] | None = None
         self._selected_curves: dict[int, pg.PlotDataItem] = {}
         self._build_plots()
         self._build_controls()
@@ -1129,8 +1132,15 @@ class PlotsPanel(QtWidgets.QWidget):
     def _levels_dragged(self, _bar: object) -> None:
         self.auto_levels_box.setChecked(False)
 
+    def _ask_path(self, title: str, default_name: str, filt: str) -> str | None:
+        """The file to write: the window's dialog (its last folder) when it set :attr:`ask_path`, else Qt's."""
+        if self.ask_path is not None:
+            return self.ask_path(title, default_name, filt)
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, title, default_name, filt)
+        return path or None
+
     def _export_csv_clicked(self) -> None:
-        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, "Export CSV", "rewards.csv", "CSV files (*.csv)")
+        path = self._ask_path("Export CSV", "rewards.csv", "CSV files (*.csv)")
         if not path:
             return
         try:
@@ -1141,7 +1151,7 @@ class PlotsPanel(QtWidgets.QWidget):
             self.status_label.setText(f"wrote {rows} rows to {os.path.basename(path)}")
 
     def _export_png_clicked(self) -> None:
-        path, _ = QtWidgets.QFileDialog.getSaveFileName(self, "Export PNG", "plots.png", "PNG images (*.png)")
+        path = self._ask_path("Export PNG", "plots.png", "PNG images (*.png)")
         if not path:
             return
         try:

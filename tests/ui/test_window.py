@@ -576,6 +576,8 @@ def test_saves_open_in_the_last_folder_and_say_where_the_file_went(
     assert os.path.dirname(asked[0]) != os.getcwd() or os.getcwd() == os.path.expanduser("~")
     win._save_grid_dialog()
     assert os.path.dirname(asked[1]) == str(tmp_path)  # the folder used last time
+    win.plots.png_button.click()  # the plots' own buttons open there too, not in the working directory
+    assert asked[2] == str(tmp_path / "plots.png")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names are read from /proc")
