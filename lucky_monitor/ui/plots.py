@@ -513,6 +513,14 @@ PAINT_SEAM_TYPES: tuple[type, ...] = (
 )
 
 
+class CountAxis(pg.AxisItem):
+    """An axis of whole counts (envs ended): no tick between two integers, however short the range."""
+
+    def tickSpacing(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, float]]:
+        levels = [(float(sp), float(off)) for sp, off in super().tickSpacing(minVal, maxVal, size) if sp >= 1]
+        return levels or [(1.0, 0.0)]
+
+
 def seam_paints(scene: QtWidgets.QGraphicsScene, offer: Callable[[], Callable[[], None]]) -> int:
     """Make each costly item of ``scene`` call ``offer()()`` before it paints; the number of items newly seamed.
 
@@ -614,7 +622,7 @@ class PlotsPanel(QtWidgets.QWidget):
         ci.addItem(self.counts_legend, row=2, col=0)
         for legend in (self.legend, self.counts_legend):
             ci.layout.setAlignment(legend, QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignVCenter)
-        self.counts_plot = ci.addPlot(row=3, col=0)
+        self.counts_plot = ci.addPlot(row=3, col=0, axisItems={"left": CountAxis(orientation="left")})
         self.raster_plot = ci.addPlot(row=4, col=0)
         self.reward_plot.setLabel("left", "reward")
         self.counts_plot.setLabel("left", "envs ended")

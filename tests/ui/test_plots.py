@@ -679,3 +679,11 @@ def test_seam_paints_wraps_the_costly_items_once() -> None:
     painter.end()
     assert calls == ["offer"]  # the text offered once before it painted; the rectangle paints as before
     assert image.pixelColor(0, 0).alpha() > 0 or image.pixelColor(5, 5).alpha() > 0  # and both still painted
+
+
+def test_the_envs_ended_axis_ticks_whole_counts_only(panel: PlotsPanel) -> None:
+    """A count of envs has no half: a short range (0..2) showed ticks at 0.5 and 1.5."""
+    axis = panel.counts_plot.getAxis("left")
+    for low, high in ((0.0, 2.0), (0.0, 1.0), (0.0, 64.0), (0.0, 4096.0)):
+        values = [v for _, level in axis.tickValues(low, high, 200) for v in level]
+        assert values and all(float(v).is_integer() for v in values), (low, high, values)
