@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import enum
 import math
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,14 +32,13 @@ import numpy as np
 
 from ..protocol.enums import EngineState, SimMode
 from ..protocol.errors import ForeignSegment, HeaderError, LuckyMonitorError, TruncatedSegment
-from ..protocol.header import OFFSET, Header
+from ..protocol.header import Header
 from ..protocol.seqlock import hot_read, seqlock_read
 from ..transport.discovery import newest_live, pid_alive
 from ..transport.shm import Live, ReadPlan, Segment, peek_header
 from .pacing import Yielder, share_shows
 
 _ENGINE_STATE_MAX = EngineState.max_value()
-_SESSION_ID = struct.Struct("<Q")
 _SIM_MODE_MAX = SimMode.max_value()
 
 
@@ -466,7 +464,7 @@ class MonitorCore:
         except LuckyMonitorError:
             return None
         else:
-            if _SESSION_ID.unpack_from(raw, OFFSET["session_id"])[0] != last[1]:
+            if Header.unpack(raw).session_id != last[1]:
                 return None
         return f"engine pid {self._last_engine_pid} is gone; the segment it left fails the header check ({exc})"
 
