@@ -13,6 +13,8 @@ tooltip, if the line was made with ``tooltip_is_text``).
 
 from __future__ import annotations
 
+import math
+
 from PySide6 import QtCore, QtGui, QtWidgets
 
 __all__ = ["TextLine"]
@@ -51,11 +53,21 @@ class TextLine(QtWidgets.QWidget):
         self._text = text
         if self._tooltip_is_text:
             self.setToolTip(text)
-        width = self.fontMetrics().horizontalAdvance(text)
+        width = self._advance(text)
         if width > self._width:
             self._width = width
             self.updateGeometry()
         self.update()
+
+    def _advance(self, text: str) -> int:
+        """The room ``text`` needs, in whole pixels rounded up.
+
+        ``QFontMetrics.horizontalAdvance`` rounds a text's width to the nearest
+        pixel, while the elision in :meth:`paintEvent` compares the exact one:
+        a line given its rounded-down width cut its own last word ("over budget
+        at the lowest rat…" under Xvfb's fonts).
+        """
+        return math.ceil(QtGui.QFontMetricsF(self.font()).horizontalAdvance(text)) + 1
 
     def sizeHint(self) -> QtCore.QSize:
         m = self.contentsMargins()
@@ -67,7 +79,7 @@ class TextLine(QtWidgets.QWidget):
 
     def changeEvent(self, event: QtCore.QEvent) -> None:
         if event.type() == QtCore.QEvent.Type.FontChange:  # a new font: the width of the text in it
-            self._width = self.fontMetrics().horizontalAdvance(self._text)
+            self._width = self._advance(self._text)
             self.updateGeometry()
         super().changeEvent(event)
 

@@ -115,3 +115,29 @@ def test_the_line_is_drawn_in_its_style_sheets_colour_and_font(qtbot) -> None:
     font.setPointSizeF(font.pointSizeF() * 2)
     line.setFont(font)
     assert line.sizeHint().width() > before  # a larger font: a wider hint for the same text
+
+
+@pytest.mark.parametrize("point_size", [8.0, 9.0, 9.5, 10.3, 13.0])
+def test_a_line_given_its_size_hint_shows_its_whole_text(qtbot, point_size) -> None:
+    """The hint is the text's exact width rounded up: a whole-pixel advance rounded down cut the last letters.
+
+    Seen under Xvfb: the status bar's budget line, laid out at its hint, read
+    "over budget at the lowest rat…".
+    """
+    line = TextLine()
+    qtbot.addWidget(line)
+    font = line.font()
+    font.setPointSizeF(point_size)
+    line.setFont(font)
+    texts = [
+        "CPU 15 % of 10 % · images 60 Hz · plots 0.5 Hz · panel 0.5 Hz · over budget at the lowest rates",
+        "49.7 frames/s   49.7 images/s   poll  1.8 ms",
+        "lock-step with trainer pid 22796",
+        "iiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiii",
+    ]
+    for text in texts:
+        line.setText(text)
+        width = line.sizeHint().width() - line.contentsMargins().left() - line.contentsMargins().right()
+        exact = QtGui.QFontMetricsF(line.font()).horizontalAdvance(text)
+        assert exact <= width
+        assert line.fontMetrics().elidedText(text, QtCore.Qt.TextElideMode.ElideRight, width) == text
