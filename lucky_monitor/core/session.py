@@ -925,7 +925,8 @@ class MonitorSession:
         self._inspect = bool(inspect)
         self._threshold = float(alarm_threshold)
         self._scanner = AlarmScanner(self._threshold)  # checks the threshold: a bad one raises here, once
-        self._inspect_period = 1.0 / float(inspect_hz)
+        self._inspect_least_period = 1.0 / float(inspect_hz)
+        self._inspect_period = self._inspect_least_period  # see set_statistics_rate
         self._link = MonitorCore(
             name,
             prefix=prefix,
@@ -1280,6 +1281,17 @@ class MonitorSession:
         if wanted and not self._want_stats:
             self._next_inspect = 0.0
         self._want_stats = wanted
+
+    def set_statistics_rate(self, hz: float) -> None:
+        """Refresh the wanted statistics at most ``hz`` times a second (never above ``inspect_hz``).
+
+        A view under a CPU budget follows its refresh rates with it; the alarms
+        and the image checks are not thinned. A rate that is not a positive
+        number is refused with :class:`ValueError`.
+        """
+        if not (hz > 0 and math.isfinite(hz)):
+            raise ValueError(f"statistics rate must be a positive number, got {hz!r}")
+        self._inspect_period = max(self._inspect_least_period, 1.0 / float(hz))
 
     def set_paused(self, paused: bool) -> None:
         """Stop copying images while a view's display is paused (history and counters go on)."""

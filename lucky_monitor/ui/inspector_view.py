@@ -122,7 +122,9 @@ class InspectorView(QtWidgets.QWidget):
         self.graphics.setBackground(pal.CANVAS)
         ci = self.graphics.ci
         self.dim_plot: pg.PlotItem = ci.addPlot(row=0, col=0)
-        self.dim_plot.setTitle("per dim over envs: mean, ±std, min–max; selected envs", size="9pt")
+        self._dim_title = ""
+        self._shape: tuple[object, ...] | None = None  # the statistics' shape last laid out (see _plot)
+        self._set_dim_title("none (click a tile)")
         self.dim_plot.showGrid(x=False, y=True, alpha=0.2)
         self.dim_plot.setMouseEnabled(x=True, y=False)
         self.dim_plot.hideButtons()
@@ -138,7 +140,7 @@ class InspectorView(QtWidgets.QWidget):
         self.bars: list[pg.BarGraphItem] = []
         self.dim_plot.addItem(self.mean_curve)
         self.heat_plot: pg.PlotItem = ci.addPlot(row=1, col=0)
-        self.heat_plot.setTitle("envs × dims (each dim to its own range; magenta: NaN/Inf)", size="9pt")
+        self.heat_plot.setTitle("envs × dims, each dim to its own range<br>magenta: NaN/Inf", size="9pt")
         self.heat_plot.invertY(True)
         self.heat_plot.setLabel("left", "env")
         self.heat_plot.setMouseEnabled(x=False, y=False)
@@ -161,29 +163,29 @@ class InspectorView(QtWidgets.QWidget):
         self.tabs.addTab(self.graphics, "plots")
         self.tabs.addTab(self.table, "table")
 
+        # Top to bottom in a column as narrow as the RPC panel's: the counts; the alarm list (only while it
+        # holds alarms: the plots get its room otherwise); the region and its note; the tabs.
         head = QtWidgets.QHBoxLayout()
         head.addWidget(QtWidgets.QLabel("region"))
         head.addWidget(self.region_combo)
-        head.addWidget(self.note_label, 1)
-
-        top = QtWidgets.QWidget()
-        tl = QtWidgets.QVBoxLayout(top)
-        tl.setContentsMargins(0, 0, 0, 0)
-        tl.addWidget(self.counts_label)
-        tl.addWidget(self.alarm_list, 1)
+        head.addStretch(1)
         bottom = QtWidgets.QWidget()
         bl = QtWidgets.QVBoxLayout(bottom)
         bl.setContentsMargins(0, 0, 0, 0)
         bl.addLayout(head)
+        bl.addWidget(self.note_label)
         bl.addWidget(self.tabs, 1)
         self.splitter = QtWidgets.QSplitter(Qt.Orientation.Vertical)
-        self.splitter.addWidget(top)
+        self.splitter.addWidget(self.alarm_list)
         self.splitter.addWidget(bottom)
         self.splitter.setChildrenCollapsible(False)
-        self.splitter.setSizes([180, 420])
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([140, 560])
+        self.alarm_list.setVisible(False)
         layout = QtWidgets.QVBoxLayout(self)
-        layout.setContentsMargins(2, 2, 2, 2)
-        layout.addWidget(self.splitter)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.counts_label)
+        layout.addWidget(self.splitter, 1)
 
     # ------------------------------------------------------------ input
     def apply(self, tick: Tick) -> None:
@@ -195,6 +197,7 @@ class InspectorView(QtWidgets.QWidget):
             self._inspector_seq = -1
             self._frame = None
             self.alarm_list.clear()
+            self.alarm_list.setVisible(False)
             self._show_stats()
         if (
             self._request_names is not None
@@ -265,6 +268,7 @@ class InspectorView(QtWidgets.QWidget):
             item.setForeground(QtGui.QColor(pal.BAD if a.kind in ("nan", "inf") else pal.WARN))
             self.alarm_list.addItem(item)
         self.alarm_list.setUpdatesEnabled(True)
+        self.alarm_list.setVisible(self.alarm_list.count() > 0)
 
     @property
     def alarm_lines(self) -> list[str]:
@@ -296,6 +300,7 @@ class InspectorView(QtWidgets.QWidget):
                 b.setOpts(x=[], height=[])
             self.heat_image.clear()
             self.table.setRowCount(0)
+            self._shape = None
             return
         self._plot(stats)
         self._fill_table(stats)
@@ -323,22 +328,29 @@ class InspectorView(QtWidgets.QWidget):
                 bar.setOpts(x=x - 0.4 + width * (i + 0.5), height=h, width=width)
             else:
                 bar.setOpts(x=[], height=[])
-        axis = self.dim_plot.getAxis("bottom")
-        # Names under the axis only where they fit side by side (else indices; the table has the names).
+        # Axes, ranges and the heatmap's rectangle change with the shape only: set again, each re-lays out.
         longest = max((len(n) for n in s.names), default=1)
         width = self.dim_plot.getViewBox().width()
-        if d <= MAX_TICK_NAMES and d * (7 * longest + 12) <= width:
-            axis.setTicks([[(i, s.names[i]) for i in range(d)]])
-        else:
-            axis.setTicks(None)
-        self.dim_plot.setXRange(-0.6, d - 0.4, padding=0)
+        # Names under the axis only where they fit side by side (else indices; the table has the names).
+        named = d <= MAX_TICK_NAMES and d * (7 * longest + 12) <= width
         rgb = heat_rgb(s)
-        self.heat_image.setImage(rgb, autoLevels=False)
         rows = rgb.shape[0]
+        shape = (d, s.names if named else None, rows, s.band)
+        self.heat_image.setImage(rgb, autoLevels=False)
+        if shape != self._shape:
+            self._shape = shape
+            self.dim_plot.getAxis("bottom").setTicks([[(i, s.names[i]) for i in range(d)]] if named else None)
+            self.dim_plot.setXRange(-0.6, d - 0.4, padding=0)
+            self.heat_plot.setYRange(0, rows * s.band, padding=0)
         self.heat_image.setRect(QtCore.QRectF(-0.5, 0, d, rows * s.band))
-        self.heat_plot.setYRange(0, rows * s.band, padding=0)
-        legend = ", ".join(f"env {e}" for e in s.envs) if s.envs else "none (click a tile)"
-        self.dim_plot.setTitle(f"per dim over envs: mean, ±std, min–max; bars: {legend}", size="9pt")
+        self._set_dim_title(", ".join(f"env {e}" for e in s.envs) if s.envs else "none (click a tile)")
+
+    def _set_dim_title(self, bars: str) -> None:
+        """The per-dim plot's title, in two short lines; set only when it changes (a new title re-lays out)."""
+        title = f"per dim over envs: mean, ±std, min–max<br>bars: {bars}"
+        if title != self._dim_title:
+            self._dim_title = title
+            self.dim_plot.setTitle(title, size="9pt")
 
     def _fill_table(self, s: RegionStats) -> None:
         d = min(s.dims, MAX_TABLE_DIMS)

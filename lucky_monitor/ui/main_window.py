@@ -233,17 +233,18 @@ class MainWindow(QtWidgets.QMainWindow):
         # ... and height: on a smaller window the traffic table below gives way, not the form's buttons
         self.draw_form.setMinimumHeight(int(self.draw_form.rootObject().implicitHeight()))
         self.traffic = TrafficView()
-        self._dock("RPC panel", self.panel, Qt.DockWidgetArea.LeftDockWidgetArea)
+        panel_dock = self._dock("RPC panel", self.panel, Qt.DockWidgetArea.LeftDockWidgetArea)
         self._draw_dock = self._dock("Debug draw", self.draw_form, Qt.DockWidgetArea.RightDockWidgetArea)
-        traffic_dock = self._dock("Command traffic", self.traffic, Qt.DockWidgetArea.RightDockWidgetArea)
-        # The inspector (alarms, per-dim statistics): a tab beside the traffic table; an alarm also shows in
+        self._dock("Command traffic", self.traffic, Qt.DockWidgetArea.RightDockWidgetArea)
+        # The inspector (alarms, per-dim statistics): a tab beside the RPC panel, where the column is as tall
+        # as the window (below the debug-draw form its plots got ~30 px at 1280x800); an alarm also shows in
         # the status bar (click it to bring the inspector up).
         self.inspector = InspectorView(self.session.request_names)
-        self.inspector_dock = self._dock("Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea)
-        self.tabifyDockWidget(traffic_dock, self.inspector_dock)
+        self.inspector_dock = self._dock("Inspector", self.inspector, Qt.DockWidgetArea.LeftDockWidgetArea)
+        self.tabifyDockWidget(panel_dock, self.inspector_dock)
         self.inspector_dock.visibilityChanged.connect(self.inspector.set_on_screen)  # a tab behind: no drawing
         self.inspector_dock.visibilityChanged.connect(self.session.want_statistics)  # ... and no statistics
-        traffic_dock.raise_()
+        panel_dock.raise_()
 
         # --- status bar: the state, large, in its colour
         # Plain text (reasons carry engine text: never markup). The status bar's lines are TextLines: a new
@@ -480,6 +481,7 @@ class MainWindow(QtWidgets.QMainWindow):
         if rates is not self._panel_rates:  # the panels' live-value period follows the budget's rung
             self._panel_rates = rates
             self.backend.LIVE_PERIOD_S = 1.0 / rates.panel_hz
+            self.session.set_statistics_rate(rates.plots_hz)  # the inspector's plots follow the plots' rate
         self.backend.apply(tick)
         offer()
         now = tick.t

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import time
 
 import numpy as np
@@ -522,3 +523,45 @@ def test_motion_is_scaled_by_the_other_envs_and_still_tiles_near_the_old_bar_are
     t3[6] = t[6]
     r = ic.check(2.0, envs, t3, image_seq=6, image_frame_seq=3, frame_seq=3, obs_rows=obs3)
     assert [(a.kind, a.env) for a in r.alarms] == [("frozen", 6)]
+
+
+@linux
+def test_statistics_follow_the_rate_a_view_sets_never_above_inspect_hz(segment_factory) -> None:
+    """A window under its CPU budget thins the inspector's refreshes with its plots (the alarms are not thinned)."""
+    seg = segment_factory(num_envs=8, obs_size=6, act_size=2)
+    seg.set("engine_state", 1)
+    seg.obs[:] = 0.5
+    publish(seg, 1)
+    s = MonitorSession(seg.name, tools=False, images=False, discover=False, traffic=False, inspect_hz=4.0)
+    try:
+        tick, _ = step_until(s, seg, lambda t: t.inspector is not None and t.inspector.obs is not None, "stats", 1)
+
+        frames = iter(range(2, 10**6))
+
+        def refreshes(seconds: float, start: float) -> tuple[int, float]:
+            seqs = set()
+            t = start
+            for _ in range(round(seconds * 60)):
+                t += 1 / 60
+                frame = next(frames)
+                seg.obs[:] = 0.5 + frame  # new values every frame: a refresh always has news
+                publish(seg, frame)
+                tick = s.step(t)
+                assert tick.inspector is not None
+                seqs.add(tick.inspector.seq)
+            return len(seqs), t
+
+        fast, t = refreshes(10.0, tick.t)
+        s.set_statistics_rate(0.5)
+        _, t = refreshes(2.0, t)  # the refresh planned at the old rate comes first
+        slow, t = refreshes(10.0, t)
+        s.set_statistics_rate(100.0)  # above inspect_hz: inspect_hz
+        capped, _ = refreshes(10.0, t)
+        for bad in (0.0, -1.0, math.nan, math.inf):
+            with pytest.raises(ValueError, match="statistics rate"):
+                s.set_statistics_rate(bad)
+    finally:
+        s.close()
+    assert 38 <= fast <= 42, fast
+    assert 4 <= slow <= 6, slow
+    assert 38 <= capped <= 42, capped

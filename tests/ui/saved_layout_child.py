@@ -7,7 +7,7 @@ child). The window searches for a segment that does not exist (no engine
 needed), with its settings in SETTINGS_INI, as ``lucky-monitor`` opens it
 (the theme applied first). ACTION, done once the window is shown:
 
-* ``split``: the Inspector split off from its tab into a dock of its own, below the command traffic;
+* ``split``: the Inspector split off from its tab into a dock of its own, below the command traffic (right);
 * ``raise``: the Inspector's tab brought to the front;
 * ``report``: nothing.
 
@@ -31,7 +31,7 @@ def _rect(r: QtCore.QRect) -> list[int]:
 
 
 def report(win, saved_before: bytes, ini: Path) -> dict:
-    traffic = win.findChild(QtWidgets.QDockWidget, "Command_traffic")
+    panel = win.findChild(QtWidgets.QDockWidget, "RPC_panel")
     needed = win.minimumSizeHint().expandedTo(win.minimumSize())
     return {
         "available": _rect(win.screen().availableGeometry()),
@@ -39,7 +39,7 @@ def report(win, saved_before: bytes, ini: Path) -> dict:
         "needed": [needed.width(), needed.height()],
         "message": win.statusBar().currentMessage(),
         "state_label_visible": win.state_label.isVisible(),
-        "inspector_tabbed": win.inspector_dock in win.tabifiedDockWidgets(traffic),
+        "inspector_tabbed": win.inspector_dock in win.tabifiedDockWidgets(panel),
         "inspector_area": win.dockWidgetArea(win.inspector_dock).name,
         "inspector_in_view": win.rect().intersects(win.inspector_dock.geometry()),  # a tab behind lies outside
         "settings_untouched_while_open": (ini.read_bytes() if ini.exists() else b"") == saved_before,

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from PySide6 import QtCore
+from PySide6 import QtCore, QtWidgets
 
 from lucky_monitor.core.inspector import AlarmScanner, region_stats
 from lucky_monitor.core.session import InspectorFrame
@@ -119,7 +119,9 @@ def test_window_shows_the_nan_and_inf_alarms_and_badges_a_constant_tile(qtbot, s
         assert any("image  env 0  constant" in line for line in lines), lines
         assert win.alarm_button.isVisible() and "alarm" in win.alarm_button.text()
         assert win.grid.badges.shown == {0: ("constant",)}
-        # The inspector's tab is behind the traffic table: alarms came all the same (above), statistics do not.
+        # The inspector's tab is behind the RPC panel: alarms came all the same (above), statistics do not.
+        panel = win.findChild(QtWidgets.QDockWidget, "RPC_panel")
+        assert win.inspector_dock in win.tabifiedDockWidgets(panel)
         assert win.session._want_stats is False
         stale = win.last_tick.inspector
         qtbot.wait(600)  # over two periods of the 4 Hz statistics
@@ -129,6 +131,12 @@ def test_window_shows_the_nan_and_inf_alarms_and_badges_a_constant_tile(qtbot, s
         assert win.session._want_stats is True
         seg.set("frame_seq", 2)
         qtbot.waitUntil(lambda: win.last_tick.inspector is not stale, timeout=5000)  # fresh ones at once
+        # In the left column, as tall as the window: its two plots get room (below the debug-draw form: ~30 px).
+        assert win.inspector_dock.height() > 0.7 * win.height()
+        assert win.inspector.dim_plot.getViewBox().height() >= 120
+        assert win.inspector.heat_plot.getViewBox().height() >= 120
+        # The statistics follow the plots' rate in force (the budget's rung), at most the session's 4 Hz.
+        assert win.session._inspect_period == pytest.approx(max(0.25, 1 / win.budget.rates.plots_hz))
     finally:
         beat.stop()
         win.close()

@@ -102,7 +102,7 @@ def test_a_saved_layout_too_tall_for_a_smaller_screen_gives_way_to_the_default_o
     shown = start(SMALL)
     assert shown["available"] == [0, 0, *SMALL]
     assert _inside(shown["frame"], shown["available"]), shown
-    assert shown["inspector_tabbed"]  # the default layout: the Inspector a tab beside the command traffic
+    assert shown["inspector_tabbed"]  # the default layout: the Inspector a tab beside the RPC panel
     assert not shown["inspector_in_view"]  # ... behind it, as at a first start
     assert shown["needed"][1] < SMALL[1]
     assert shown["message"] == LAYOUT_RESET_TEXT
