@@ -295,9 +295,11 @@ class MainWindow(QtWidgets.QMainWindow):
         dock = QtWidgets.QDockWidget(title, self)
         dock.setObjectName(title.replace(" ", "_"))
         dock.setWidget(widget)
+        # Closable: the View menu's entries (each dock's toggle action) are greyed out for a dock that is not
         dock.setFeatures(
             QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetMovable
             | QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetFloatable
+            | QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetClosable
         )
         self.addDockWidget(area, dock)
         return dock

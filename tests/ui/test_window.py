@@ -679,3 +679,23 @@ def test_each_paint_of_a_heavy_view_is_preceded_by_an_offer_of_the_core(qtbot, e
     assert offers == []
     assert win.plots.offer is win.session.yielder  # and inside the views: between plot items, table rows
     assert win.traffic.model.offer is win.session.yielder
+
+
+def test_the_view_menu_hides_and_brings_back_every_dock(qtbot, window):
+    """Each dock has an entry in View that works (greyed out while the docks could not be closed)."""
+    win = window("lm-none-view-menu")
+    view_menu = next(a.menu() for a in win.menuBar().actions() if a.text() == "&View")
+    docks = win.findChildren(QtWidgets.QDockWidget)
+    assert {d.objectName() for d in docks} == {"RPC_panel", "Inspector", "Debug_draw", "Command_traffic"}
+    entries = {a.text(): a for a in view_menu.actions()}
+    for dock in docks:
+        action = entries[dock.windowTitle()]
+        assert action.isEnabled() and action.isCheckable()
+        assert action.isChecked() == (not dock.isHidden())
+        action.trigger()
+        assert dock.isHidden() and not action.isChecked()
+        action.trigger()
+        assert not dock.isHidden() and action.isChecked()
+    win.inspector_dock.close()
+    win.show_inspector()  # the status bar's alarm button brings a closed inspector back too
+    assert win.inspector_dock.isVisible()
