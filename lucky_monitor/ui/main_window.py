@@ -62,6 +62,11 @@ ALARM_TIP = "alarms: NaN, ±Inf or large values, image-region findings (click: t
 PLOTS_SHARE = 0.58  # of the centre's height, until the user moves the splitter (three plots >= 120 px at 1600x1000)
 DEFAULT_SIZE = (1600, 1000)  # the window at a first start, where the screen has room for it
 FRAME_BORDER = 4  # px each side: a window frame's border, before the window is shown and its frame known
+STATE_ROOM = 0.45  # of the status bar's width kept for the state's text, at most (the counters give way first)
+BUDGET_TIP = (
+    "CPU of this window (% of one core) against its budget (--cpu-budget), and the refresh "
+    "rates in force; every poll is still read and recorded"
+)
 LAYOUT_RESET_S = 15.0  # how long the status bar says that a saved layout was set aside
 LAYOUT_RESET_TEXT = "saved layout did not fit this screen: default layout restored"
 
@@ -254,12 +259,9 @@ class MainWindow(QtWidgets.QMainWindow):
         font.setPointSizeF(font.pointSizeF() * 1.3)
         font.setBold(True)
         self.state_label.setFont(font)
-        self.rate_label = TextLine()
+        self.rate_label = TextLine(tooltip_is_text=True)
         self.budget_label = TextLine()
-        self.budget_label.setToolTip(
-            "CPU of this window (% of one core) against its budget (--cpu-budget), and the refresh "
-            "rates in force; every poll is still read and recorded"
-        )
+        self.budget_label.setToolTip(BUDGET_TIP)
         self.alarm_button = QtWidgets.QPushButton("")
         self.alarm_button.setFlat(True)
         self.alarm_button.setVisible(False)
@@ -275,6 +277,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.statusBar().addPermanentWidget(self.alarm_button)
         self.statusBar().addPermanentWidget(self.rate_label)
         self.statusBar().addPermanentWidget(self.budget_label)
+        self.statusBar().messageChanged.connect(self._message_changed)
 
         self._make_actions()
         self._restore_settings(columns)
@@ -329,7 +332,7 @@ class MainWindow(QtWidgets.QMainWindow):
             # focused spin box blinks its cursor, repainting itself and the widgets under it twice a second.
             self.grid.graphics.setFocus(Qt.FocusReason.OtherFocusReason)
         if self._notice:  # shown now, not before: a message set on a hidden status bar leaves its widgets over it
-            self.statusBar().showMessage(self._notice, round(LAYOUT_RESET_S * 1000))
+            self.message(self._notice, round(LAYOUT_RESET_S * 1000))
             self._notice = ""
 
     def _size_docks(self) -> None:
@@ -591,6 +594,11 @@ class MainWindow(QtWidgets.QMainWindow):
             return
         text = tick.text + (f" — {tick.reason}" if tick.reason else "") + (f"   ({tick.notice})" if tick.notice else "")
         self.state_label.setText(text)
+        # The state is what the bar is for: it keeps room for its text (up to STATE_ROOM of the bar), and the
+        # rates and the budget line give way first (elided, whole in their tooltips).
+        want = min(self.state_label.text_width(), round(self.statusBar().width() * STATE_ROOM))
+        if want != self.state_label.minimumWidth():
+            self.state_label.setMinimumWidth(want)
         _set_style(self.state_label, f"color: {state_color(tick.state)};")
         if tick.header is not None:
             # The same rounding as the panel: both read this tick's rates.
@@ -600,7 +608,10 @@ class MainWindow(QtWidgets.QMainWindow):
         else:
             self.rate_label.setText("")
         # Paused, the budget's rates are not what is shown: the status bar says the display is frozen instead.
-        self.budget_label.setText("display paused (Space resumes)" if self._paused else self.budget.text())
+        budget = "display paused (Space resumes)" if self._paused else self.budget.text()
+        if budget != self.budget_label.text():
+            self.budget_label.setText(budget)
+            self.budget_label.setToolTip(f"{budget}\n\n{BUDGET_TIP}")
         _set_style(self.budget_label, "color: #e0a030;" if self.budget.over_budget or self._paused else "")
         title = f"lucky-monitor — {tick.name or 'no segment'} — {tick.state.value}"
         if self._paused:
@@ -653,9 +664,25 @@ class MainWindow(QtWidgets.QMainWindow):
         try:
             action(path)
         except (LuckyMonitorError, OSError) as exc:
-            self.statusBar().showMessage(f"could not save {what}: {exc}", 8000)
+            self.message(f"could not save {what}: {exc}", 8000)
             return
-        self.statusBar().showMessage(f"{what} saved to {os.path.abspath(path)}", 8000)
+        self.message(f"{what} saved to {os.path.abspath(path)}", 8000)
+
+    def _message_changed(self, text: str) -> None:
+        if not text:  # the message is gone: so is its tooltip
+            self.statusBar().setToolTip("")
+
+    def message(self, text: str, ms: int) -> None:
+        """A status-bar message for ``ms``, cut in the middle to fit left of the counters; whole in the tooltip.
+
+        Qt draws a message up to the first permanent widget and clips it there
+        (a saved file's path ran into the rates: "…/lucky-monitor_2026112").
+        """
+        bar = self.statusBar()
+        shown = [w.x() for w in (self.alarm_button, self.rate_label, self.budget_label) if w.isVisible()]
+        room = max(60, min(shown, default=bar.width()) - 14)
+        bar.setToolTip(text)
+        bar.showMessage(bar.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, room), ms)
 
     def _save_grid_dialog(self) -> None:
         path = self._ask_path("Save image grid", self._default_name("_grid.png"), "PNG (*.png)")
@@ -665,7 +692,7 @@ class MainWindow(QtWidgets.QMainWindow):
     def _save_env_dialog(self) -> None:
         env = self.grid.selected_env
         if env is None:
-            self.statusBar().showMessage("click an env tile first", 3000)
+            self.message("click an env tile first", 3000)
             return
         path = self._ask_path("Save env image", self._default_name(f"_env{env}.png"), "PNG (*.png)")
         if path:

@@ -59,6 +59,11 @@ class TextLine(QtWidgets.QWidget):
             self.updateGeometry()
         self.update()
 
+    def text_width(self) -> int:
+        """The room the current text needs (margins included), whatever the size hint (the widest text so far)."""
+        m = self.contentsMargins()
+        return self._advance(self._text) + m.left() + m.right() if self._text else 0
+
     def _advance(self, text: str) -> int:
         """The room ``text`` needs, in whole pixels rounded up.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -572,7 +573,9 @@ def test_saves_open_in_the_last_folder_and_say_where_the_file_went(
     monkeypatch.setattr(W.QFileDialog, "getSaveFileName", staticmethod(fake_dialog))
     win._save_grid_dialog()
     assert (tmp_path / "grid.png").stat().st_size > 0
-    assert str(tmp_path / "grid.png") in win.statusBar().currentMessage()
+    assert win.statusBar().toolTip() == f"grid saved to {tmp_path / 'grid.png'}"
+    shown = win.statusBar().currentMessage()
+    assert shown.startswith("grid saved to ") and shown.endswith("grid.png")
     assert os.path.dirname(asked[0]) != os.getcwd() or os.getcwd() == os.path.expanduser("~")
     win._save_grid_dialog()
     assert os.path.dirname(asked[1]) == str(tmp_path)  # the folder used last time
@@ -699,3 +702,40 @@ def test_the_view_menu_hides_and_brings_back_every_dock(qtbot, window):
     win.inspector_dock.close()
     win.show_inspector()  # the status bar's alarm button brings a closed inspector back too
     assert win.inspector_dock.isVisible()
+
+
+def test_a_long_status_message_is_cut_in_the_middle_before_the_counters_and_whole_in_the_tooltip(qtbot, engine, window):
+    """Qt clips a message at the first counter: a saved file's long path ran into the rates."""
+    win = window(engine.name)
+    qtbot.waitUntil(lambda: win.rate_label.text() != "", timeout=10000)
+    long = "grid saved to /" + "/".join(f"folder{i:02d}" for i in range(40)) + "/run_grid.png"
+    win.message(long, 5000)
+    bar = win.statusBar()
+    shown = bar.currentMessage()
+    assert "…" in shown and shown.startswith("grid saved to /folder00") and shown.endswith("run_grid.png")
+    assert bar.fontMetrics().horizontalAdvance(shown) < win.rate_label.x() - 6
+    assert bar.toolTip() == long
+    bar.clearMessage()
+    assert bar.toolTip() == ""
+
+
+def test_at_1280_px_the_state_keeps_its_text_and_the_counters_give_way(qtbot, engine, window, monkeypatch):
+    """Seen at 1280x800: 'lock-step with traine…' beside a long budget line; the state is the bar's point."""
+    win = window(engine.name)
+    win.resize(1272, 768)
+    wait_state(qtbot, win, LinkState.FREE_RUNNING)
+    long = (
+        "CPU 15 % of 5 % (machine busy) · images 95 % · plots 0.5 Hz · panel 0.5 Hz · over budget at the lowest rates"
+    )
+    monkeypatch.setattr(win.budget, "text", lambda: long)
+    win.timer.stop()  # this test's tick stays on the bar
+    tick = dataclasses.replace(win.last_tick, reason="the engine's heartbeat is 12 s old (stall after 2 s)")
+    win._update_status(tick)
+    for _ in range(5):
+        QtWidgets.QApplication.processEvents()
+    state = win.state_label
+    room = min(state.text_width(), round(0.4 * win.statusBar().width()))  # its text, or at least 40 % of the bar
+    assert state.width() >= room, (state.width(), state.text_width(), state.text())
+    assert win.budget_label.x() + win.budget_label.width() <= win.statusBar().width()
+    assert win.budget_label.toolTip().startswith(long)  # elided on screen, whole here
+    assert win.rate_label.toolTip() == win.rate_label.text()
