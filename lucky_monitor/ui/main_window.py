@@ -62,6 +62,9 @@ ALARM_TIP = "alarms: NaN, ±Inf or large values, image-region findings (click: t
 PLOTS_SHARE = 0.58  # of the centre's height, until the user moves the splitter (three plots >= 120 px at 1600x1000)
 DEFAULT_SIZE = (1600, 1000)  # the window at a first start, where the screen has room for it
 FRAME_BORDER = 4  # px each side: a window frame's border, before the window is shown and its frame known
+#: The docks' layout version in the saved settings: a layout saved under another is set aside for the default
+#: one (version 1: the Inspector moved beside the RPC panel; before, a tab below the debug-draw form).
+DOCKS_VERSION = 1
 STATE_ROOM = 0.45  # of the status bar's width kept for the state's text, at most (the counters give way first)
 BUDGET_TIP = (
     "CPU of this window (% of one core) against its budget (--cpu-budget), and the refresh "
@@ -387,7 +390,7 @@ class MainWindow(QtWidgets.QMainWindow):
             # enforce that anyway at show, with a warning on platforms that cannot take size hints)
             self.resize(first_start_size(self._available(), self._title_bar()).expandedTo(self._needed_size()))
         state = s.value("window/state")
-        state_restored = isinstance(state, QtCore.QByteArray) and self.restoreState(state)
+        state_restored = isinstance(state, QtCore.QByteArray) and self.restoreState(state, DOCKS_VERSION)
         self._docks_sized = state_restored  # the saved dock sizes stand; else they are sized at show
         available, title_bar = self._available(), self._title_bar()
         shown_at = None if self.isMaximized() or self.isFullScreen() else self.geometry()
@@ -444,7 +447,7 @@ class MainWindow(QtWidgets.QMainWindow):
     def _save_settings(self) -> None:
         s = self.settings
         s.setValue("window/geometry", self.saveGeometry())
-        s.setValue("window/state", self.saveState())
+        s.setValue("window/state", self.saveState(DOCKS_VERSION))
         s.setValue("window/splitter", self.splitter.saveState())
         s.setValue("grid/columns", self.grid.columns_spin.value())
         s.setValue("plots/window_seconds", self.plots.window_seconds)

@@ -739,3 +739,30 @@ def test_at_1280_px_the_state_keeps_its_text_and_the_counters_give_way(qtbot, en
     assert win.budget_label.x() + win.budget_label.width() <= win.statusBar().width()
     assert win.budget_label.toolTip().startswith(long)  # elided on screen, whole here
     assert win.rate_label.toolTip() == win.rate_label.text()
+
+
+def test_a_dock_layout_saved_by_an_older_version_gives_way_to_todays_default(qtbot, settings):
+    """Before version 1 the Inspector was a tab below the debug-draw form (its plots ~30 px high at 1280x800)."""
+    from lucky_monitor.ui.main_window import DOCKS_VERSION, MainWindow
+
+    old = MainWindow("lm-none-old-docks", settings=settings)
+    qtbot.addWidget(old)
+    traffic = old.findChild(QtWidgets.QDockWidget, "Command_traffic")
+    old.removeDockWidget(old.inspector_dock)
+    old.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, old.inspector_dock)
+    old.tabifyDockWidget(traffic, old.inspector_dock)
+    state = old.saveState(0)  # as the older version saved it (Qt's default version)
+    old.close()  # saves its own layout at exit: replaced by the old one below
+    settings.setValue("window/state", state)
+    settings.sync()
+
+    win = MainWindow("lm-none-old-docks", settings=settings)
+    qtbot.addWidget(win)
+    panel = win.findChild(QtWidgets.QDockWidget, "RPC_panel")
+    assert win.inspector_dock in win.tabifiedDockWidgets(panel)
+    win.close()
+    again = MainWindow("lm-none-old-docks", settings=settings)  # saved at that exit under today's version
+    qtbot.addWidget(again)
+    assert again.inspector_dock in again.tabifiedDockWidgets(again.findChild(QtWidgets.QDockWidget, "RPC_panel"))
+    assert again.saveState(DOCKS_VERSION) == settings.value("window/state")
+    again.close()
