@@ -66,6 +66,8 @@ __all__ = [
     "array_to_qimage",
 ]
 
+ALPHA_TIP = "show the alpha channel (blended over the background)"
+
 
 class ImageGridError(LuckyMonitorError):
     """The image grid cannot do what was asked (nothing to save, a write failed, bad meta)."""
@@ -783,7 +785,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         self.channel_combo = QtWidgets.QComboBox()
         self.channel_combo.addItems(["as-is", "swap R↔B"])
         self.alpha_check = QtWidgets.QCheckBox("alpha")
-        self.alpha_check.setToolTip("show the alpha channel (blended over the background)")
+        self.alpha_check.setToolTip(ALPHA_TIP)
         self.reset_button = QtWidgets.QPushButton("fit")
         self.reset_button.setToolTip("fit the whole grid in the view (Ctrl+0)")
         self.single_button = QtWidgets.QPushButton("1:1")
@@ -856,6 +858,7 @@ class ImageGridWidget(QtWidgets.QWidget):
             new_envs = self._geometry is None or self._geometry[0] != t.num_envs
             self._geometry = key
             self._sync_columns_spin()
+            self._sync_alpha(t.channels)
             self.labels.set_tiler(t)
             self.badges.set_tiler(t)
             self._update_labels()
@@ -1031,6 +1034,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         )
         self._back_ready = False
         self._sync_columns_spin()
+        self._sync_alpha(c)
         self.labels.set_tiler(tiler)
         self.badges.set_tiler(tiler)
         self._update_labels()
@@ -1040,6 +1044,15 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._needs_fit = True
         self._has_frame = False
         return tiler
+
+    def _sync_alpha(self, channels: int) -> None:
+        """The alpha box does something only for 4-channel images: greyed out, and saying why, for others."""
+        has_alpha = channels == 4
+        self.alpha_check.setEnabled(has_alpha)
+        plural = "" if channels == 1 else "s"
+        self.alpha_check.setToolTip(
+            ALPHA_TIP if has_alpha else f"the images have no alpha channel ({channels} channel{plural})"
+        )
 
     def _sync_columns_spin(self) -> None:
         t = self.tiler

@@ -849,3 +849,17 @@ def test_a_shrunk_grid_shown_again_after_a_clear_keeps_its_place(grid_widget, so
     assert grid_widget.image_item.rect.isNull()
     grid_widget.show_image(half)
     assert grid_widget.image_item.rect == full
+
+
+def test_the_alpha_box_is_greyed_out_and_says_why_for_images_without_alpha(grid_widget) -> None:
+    """It was a silent no-op on RGB images."""
+    rng = np.random.default_rng(2)
+    grid_widget.set_frame(rng.integers(0, 256, (4, 6, 8, 3), dtype=np.uint8))
+    assert not grid_widget.alpha_check.isEnabled()
+    assert grid_widget.alpha_check.toolTip() == "the images have no alpha channel (3 channels)"
+    grid_widget.set_frame(rng.integers(0, 256, (4, 6, 8, 4), dtype=np.uint8), {"src_format": "rgba"})
+    assert grid_widget.alpha_check.isEnabled()
+    assert "alpha" in grid_widget.alpha_check.toolTip() and "no alpha" not in grid_widget.alpha_check.toolTip()
+    grid_widget.show_image(image_frame(rng.integers(0, 256, (4, 6, 8, 1), dtype=np.uint8)))  # the session's path
+    assert not grid_widget.alpha_check.isEnabled()
+    assert grid_widget.alpha_check.toolTip() == "the images have no alpha channel (1 channel)"
