@@ -195,6 +195,14 @@ DarkPane {
             color: Theme.dim
             font.pixelSize: Theme.small
             elide: Text.ElideRight
+
+            // The two latencies a user sees side by side, told apart.
+            HoverHandler { id: statsHover }
+            ToolTip.visible: statsHover.hovered && root.backend.lastRttMs >= 0
+            ToolTip.delay: 400
+            ToolTip.text: "RTT: from this monitor's send to the poll that saw the reply, so it includes up to a "
+                          + "poll period (16.7 ms at 60 Hz) of waiting. The traffic table's ms is the engine's "
+                          + "part alone: the reply's sent_ns minus the request's."
         }
         Item { Layout.fillHeight: true }
     }
