@@ -126,9 +126,26 @@ DarkPane {
                     }
                 }
                 Label {
+                    id: simResult
                     objectName: "simModeResult"
+                    // A success goes after a few seconds (kept, it pushed the panel's facts below the fold at
+                    // 1280x800 for good); a failure or a pending request stays until the next one.
+                    property bool faded: false
                     Layout.fillWidth: true
-                    visible: text !== ""
+                    visible: text !== "" && !faded
+                    onTextChanged: {
+                        faded = false
+                        if (root.backend.simModeResultKind === "ok")
+                            fadeTimer.restart()
+                        else
+                            fadeTimer.stop()
+                    }
+                    Timer {
+                        id: fadeTimer
+                        objectName: "simModeFade"
+                        interval: 5000
+                        onTriggered: simResult.faded = true
+                    }
                     text: root.backend.simModeResult
                     textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
                     color: Theme.resultColor(root.backend.simModeResultKind)

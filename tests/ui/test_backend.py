@@ -929,6 +929,9 @@ def test_sim_mode_follows_the_engine(rig, views) -> None:
     panel = views(b, "RpcPanel")
     rig.pump(lambda: b.value("toolsAvailable"), "tools claimed")
     assert b.value("simMode") == 0
+    fade = qml_child(panel, "simModeFade")
+    assert fade.property("interval") == 5000
+    fade.setProperty("interval", 1000)  # a success's line fades after 5 s; this test waits less
     b.setSimMode(1)
     assert b.value("simModePending") is True
     rig.pump(lambda: b.value("simMode") == 1 and not b.value("simModePending"), "deterministic mode shown")
@@ -936,12 +939,18 @@ def test_sim_mode_follows_the_engine(rig, views) -> None:
     assert b.value("simModeResult").startswith("ok ") and b.value("simModeResultKind") == ResultKind.OK
     assert qml_child(panel, "simMode").property("currentIndex") == 1
     assert colour_of(qml_child(panel, "simModeResult")) == GOOD
+    # A success goes after a while (it pushed the facts below the fold at 1280x800); a failure stays.
+    result = qml_child(panel, "simModeResult")
+    assert result.property("visible") is True
+    rig.pump(lambda: result.property("visible") is False, "the success faded", timeout=5.0)
     b.setSimMode(7)
     rig.step()  # the session's refusal arrives with the next tick
     assert b.value("simModeResult") == "error: simulation mode 7 unknown"
     assert b.value("simModeResultKind") == ResultKind.ERROR
     assert not b.value("simModePending")
     assert colour_of(qml_child(panel, "simModeResult")) == BAD
+    assert result.property("visible") is True
+    assert fade.property("running") is False
     assert eng.sim_mode == 1
 
 
