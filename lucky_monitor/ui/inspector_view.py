@@ -39,6 +39,7 @@ MAX_LISTED = 200
 ALARM_PERIOD_S = 0.5
 #: Dim names written under the plot's x axis up to this many dims (indices beyond).
 MAX_TICK_NAMES = 24
+LEFT_AXIS_PX = 52  # both plots' left axes: the X link lines their views up only when these match
 BAD_RGB = (255, 0, 255)  # a band holding NaN/Inf
 EMPTY_RGB = (60, 60, 60)  # no finite value at all
 
@@ -148,6 +149,10 @@ class InspectorView(QtWidgets.QWidget):
         self.heat_image = pg.ImageItem(axisOrder="row-major")
         self.heat_plot.addItem(self.heat_image)
         self.heat_plot.setXLink(self.dim_plot)
+        # An X link lines the two views up on screen: with left axes of different widths the heatmap's
+        # view started further right and its first dims lay left of it, out of sight (dim 0 was never shown).
+        for plot in (self.dim_plot, self.heat_plot):
+            plot.getAxis("left").setWidth(LEFT_AXIS_PX)
         ci.layout.setRowStretchFactor(0, 1)
         ci.layout.setRowStretchFactor(1, 1)
 

@@ -140,3 +140,28 @@ def test_window_shows_the_nan_and_inf_alarms_and_badges_a_constant_tile(qtbot, s
     finally:
         beat.stop()
         win.close()
+
+
+def test_the_heatmap_shows_every_dim_under_the_per_dim_plot(qtbot) -> None:
+    """Seen: the heatmap's first dim lay left of its view (the X link lines views up on screen, and the
+    heatmap's left axis, labelled up to 60 envs, was wider than the per-dim plot's)."""
+    from lucky_monitor.ui.inspector_view import InspectorView
+
+    view = InspectorView()
+    qtbot.addWidget(view)
+    view.resize(340, 720)
+    view.show()
+    qtbot.waitExposed(view)
+    obs = np.random.default_rng(3).normal(0, 1, (64, 16)).astype(np.float32)
+    view.apply(dataclasses.replace(attached_tick(small_header()), inspector=frame_with(1, obs)))
+    for _ in range(5):
+        QtWidgets.QApplication.processEvents()
+    heat_box, dim_box = view.heat_plot.getViewBox(), view.dim_plot.getViewBox()
+    heat_rect = heat_box.sceneBoundingRect()
+    for d in (0, 15):  # each end column's centre, on screen inside the heatmap's view, under the same dim above
+        heat_x = heat_box.mapViewToScene(QtCore.QPointF(d, 1)).x()
+        dim_x = dim_box.mapViewToScene(QtCore.QPointF(d, 0)).x()
+        assert heat_rect.left() < heat_x < heat_rect.right(), (d, heat_x, heat_rect)
+        assert abs(heat_x - dim_x) < 1.0
+    low, high = heat_box.viewRange()[0]
+    assert low <= -0.5 and high >= 15.5  # both end columns whole
