@@ -520,7 +520,6 @@ class MainWindow(QtWidgets.QMainWindow):
         self._ticks += 1
         if now + DUE_SLACK_S >= self._next_plot and not self._paused:
             self._next_plot = self._due(self._next_plot, now, rates.plots_hz)
-            self.plots.set_sampling_cause(self._sampling_cause(tick))
             self.plots.update_view()
             offer()
         decor = now + DUE_SLACK_S >= self._next_decor
@@ -582,14 +581,6 @@ class MainWindow(QtWidgets.QMainWindow):
         period = 1.0 / hz
         nxt = last_due + period
         return nxt if nxt > now - period else now + period
-
-    @staticmethod
-    def _sampling_cause(tick: Tick) -> str:
-        """Why frames were skipped: the engine outran the poll, or the monitor itself was late."""
-        c = tick.counters
-        if c.frames_skipped_late * 2 >= c.frames_skipped:  # most were skipped while a poll came late
-            return f"the monitor was busy ({c.late_polls} late poll{'' if c.late_polls == 1 else 's'})"
-        return "the engine steps faster than the 60 Hz poll"
 
     def _update_status(self, tick: Tick | None = None) -> None:
         tick = tick or self.last_tick

@@ -80,8 +80,12 @@ WINDOW_CHOICES: tuple[tuple[str, float], ...] = (
 BAND_MODES: tuple[tuple[str, str], ...] = (("percentile", "p10–p90"), ("minmax", "min–max"))
 #: Distinct colours of the selected envs' curves, in selection order.
 SELECTED_COLOURS: tuple[str, ...] = pal.ENV_COLOURS
-_SAMPLES_TEXT = "values are samples: {n} frames skipped, because {cause}"
-_DEFAULT_CAUSE = "not every frame reaches the 60 Hz poll"
+_SAMPLES_TEXT = "values are samples: {n} frames skipped in this window, because {cause}"
+#: The causes the note names: judged from the window's own frame rate against the poll's.
+ENGINE_FASTER = "the engine steps faster than the 60 Hz poll"
+POLLS_LATE = "the monitor's polls came late"
+#: The poll's rate: an engine whose frames come faster outruns it (frames are skipped whatever the monitor does).
+_POLL_HZ = 60.0
 _MIN_RASTER_BINS = 64
 _TITLE_SIZE = "9pt"
 #: The raster's title while it holds no sample.
@@ -952,7 +956,7 @@ class PlotsPanel(QtWidgets.QWidget):
         offer()
         self._draw_raster(history, bins, target)
         offer()
-        self._draw_samples(history)
+        self._draw_samples(view)
         # pyqtgraph applies a view box's new range when it paints, and the items that follow it then ask for
         # another paint: applied now, one refresh is one paint of the view, not two (the second ~20 ms later).
         for box in self._boxes():
@@ -1074,18 +1078,21 @@ class PlotsPanel(QtWidgets.QWidget):
         ticks = [(v, f"{v:.3g}") for v in (low, (low + high) / 2, high)]
         self.colorbar.axis.setTicks([ticks, []])
 
-    def set_sampling_cause(self, cause: str) -> None:
-        """Why frames are skipped, as the amber note says it (the window knows: engine or monitor)."""
-        if cause != getattr(self, "_sampling_cause", ""):
-            self._sampling_cause = cause
-            self._draw_samples(self._history)
+    def _draw_samples(self, view: HistoryView | None) -> None:
+        """The amber note: frames skipped in the shown window, and why.
 
-    def _draw_samples(self, history: History) -> None:
-        sampled = history.sampled
-        if sampled:
-            cause = getattr(self, "_sampling_cause", "") or _DEFAULT_CAUSE
-            self.samples_label.setText(_SAMPLES_TEXT.format(n=history.skipped_total, cause=cause))
-        self.samples_label.setVisible(sampled)
+        The cause is judged from the window itself: an engine whose frames
+        came faster than the 60 Hz poll outran it; slower, a frame could be
+        missed only where polls came later than a frame period.
+        """
+        n = 0 if view is None else int(view.skipped.sum())
+        if view is not None and n:
+            seq, t = view.frame_seq, view.t
+            span = float(t[-1] - t[0]) if t.shape[0] > 1 else 0.0
+            rate = float(seq[-1] - seq[0]) / span if span > 0 else math.inf
+            cause = ENGINE_FASTER if rate > _POLL_HZ else POLLS_LATE
+            self.samples_label.setText(_SAMPLES_TEXT.format(n=n, cause=cause))
+        self.samples_label.setVisible(n > 0)
 
     # ---------------------------------------------------------------- export
     def export_csv(self, path: str | os.PathLike[str]) -> int:

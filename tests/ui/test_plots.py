@@ -234,24 +234,20 @@ def test_zoomed_view_reduces_only_the_visible_span(qtbot) -> None:
     np.testing.assert_array_equal(y, history.window(600.0).mean[x.astype(int) - 1])
 
 
-def test_samples_label_only_when_frames_are_skipped(panel: PlotsPanel) -> None:
+def test_samples_label_counts_the_frames_skipped_in_the_window_shown(panel: PlotsPanel) -> None:
     history = panel.history
     seq = feed(history, 30)
     panel.update_view()
     assert panel.samples_label.isHidden()
-    seq = feed(history, 10, start_seq=seq, start_t=1.0, gap=3)
+    seq = feed(history, 10, start_seq=seq, start_t=1.0, gap=3)  # 3 frames skipped before 9 of them
     panel.update_view()
     assert not panel.samples_label.isHidden()
-    assert history.sampled
     text = panel.samples_label.text()
-    assert "values are samples" in text and f"{history.skipped_total} frames skipped" in text
-    # The window says who was late: the engine outran the poll, or the monitor itself.
-    panel.set_sampling_cause("the monitor was busy (3 late polls)")
+    assert text.startswith("values are samples: 27 frames skipped in this window, because ")
+    panel.set_window_seconds(10.0)
+    feed(history, 700, start_seq=seq + 10, start_t=12.0)  # the skips leave the 10 s window
     panel.update_view()
-    assert panel.samples_label.text().endswith("because the monitor was busy (3 late polls)")
-    feed(history, 200, start_seq=seq + 10, start_t=2.0)
-    panel.update_view()
-    assert not history.sampled and panel.samples_label.isHidden()
+    assert panel.samples_label.isHidden()
 
 
 def test_pause_freezes_the_display_while_history_records(panel: PlotsPanel) -> None:
@@ -591,17 +587,28 @@ def test_user_zoom_holds_until_auto_range(panel: PlotsPanel) -> None:
     assert not any(panel.reward_plot.getViewBox().autoRangeEnabled())  # the panel sets the ranges itself
 
 
-def test_the_sampling_note_blames_the_monitor_for_frames_skipped_on_late_polls() -> None:
-    """One late poll that skipped 7 frames (a busy start) is the monitor's doing, not a fast engine."""
-    from types import SimpleNamespace
-
-    from lucky_monitor.core.monitor import Counters
-    from lucky_monitor.ui.main_window import MainWindow
-
-    busy = SimpleNamespace(counters=Counters(frames_skipped=7, late_polls=1, frames_skipped_late=7))
-    assert MainWindow._sampling_cause(busy) == "the monitor was busy (1 late poll)"
-    fast = SimpleNamespace(counters=Counters(frames_skipped=500, late_polls=1, frames_skipped_late=7))
-    assert MainWindow._sampling_cause(fast) == "the engine steps faster than the 60 Hz poll"
+@pytest.mark.parametrize(
+    ("hz", "cause"),
+    [
+        (50.0, "the monitor's polls came late"),  # an engine slower than the poll: only a late poll skips
+        (59.0, "the monitor's polls came late"),
+        (62.0, "the engine steps faster than the 60 Hz poll"),
+        (2000.0, "the engine steps faster than the 60 Hz poll"),
+    ],
+)
+def test_the_sampling_note_names_the_cause_from_the_windows_frame_rate(panel: PlotsPanel, hz, cause) -> None:
+    """Seen: '… because the engine steps faster than the 60 Hz poll' beside 49.7 frames/s."""
+    history = panel.history
+    n = history.num_envs
+    last = 0
+    for i in range(600):  # 10 s of polls at 60 Hz, every 20th 15 ms late
+        t = i / 60 + (0.015 if i % 20 == 19 else 0.0)
+        seq = int(t * hz) + 1
+        if seq > last:
+            history.append(seq, t, np.zeros(n, np.float32), np.zeros(n, np.uint8))
+            last = seq
+    panel.update_view()
+    assert panel.samples_label.text().endswith(f"in this window, because {cause}"), panel.samples_label.text()
 
 
 class _Paints(QtCore.QObject):
