@@ -49,7 +49,8 @@ SHORT_DIRECTIONS = {
     ("tools", "s2c"): "E→M",
 }
 #: The widest text each fixed column must show whole: its width comes from the font.
-_WIDEST = {0: "8888.8", 1: "M→E", 3: "8888:88", 4: "88888", 5: "888.88", 6: "err"}  # 5: a digit spare
+# 3: a trainer's ids (pid:count) whole up to count 0xfff; longer ones keep their low digits (elided at the left)
+_WIDEST = {0: "8888.8", 1: "M→E", 3: "8888:888", 4: "88888", 5: "888.88", 6: "err"}  # 5: a digit spare
 
 
 def latency_text(latency_s: float) -> str:
@@ -359,8 +360,8 @@ class TrafficView(QtWidgets.QWidget):
             self.stats_label.setText("no segment")
             self.problem_label.setVisible(False)
             return
-        # Compact, so that it fits the dock's default width: "main c2s 27 s2c 27 · tools c2s 1 s2c 1 · shown 54/54"
-        # (a ring's problems follow its count; the whole line is the tooltip when the dock is narrower).
+        # Compact, so that it fits the dock's default width: "shown 54/54 · main c2s 27 s2c 27 · tools c2s 1 s2c 1"
+        # (the rows shown first, a ring's problems after its count; the whole line is the tooltip when cut).
         pairs: dict[str, list[str]] = {}
         for ring, count in st.messages.items():
             pair, _, direction = ring.rpartition(" ")
@@ -373,7 +374,7 @@ class TrafficView(QtWidgets.QWidget):
                 text += f" ({st.undecodable[ring]} undecodable)"
             pairs.setdefault(pair, []).append(text)
         parts = [f"{pair} {' '.join(texts)}".strip() for pair, texts in pairs.items()]
-        footer = " · ".join([*parts, f"shown {self.model.rowCount()}/{len(self.entries)}"])
+        footer = " · ".join([f"shown {self.model.rowCount()}/{len(self.entries)}", *parts])
         self.stats_label.setText(footer)
         if st.last_problem:
             self.problem_label.setText(f"last problem: {st.last_problem}")

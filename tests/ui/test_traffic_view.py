@@ -176,3 +176,17 @@ def test_latency_text_is_at_most_five_characters() -> None:
     for seconds, text in cases.items():
         assert latency_text(seconds) == text
     assert all(len(latency_text(10.0**k)) <= 5 for k in range(-7, 6))
+
+
+def test_a_trainers_correlation_ids_show_whole_and_the_footer_starts_with_the_rows_shown(view, segment_factory):
+    """Seen at 1280x800: '…9:100' for 7369:100 once the count passed 0xff, and 'shown 288/2…' cut at the end."""
+    from lucky_monitor.ui.traffic_view import correlation_text
+
+    metrics = view.table.fontMetrics()
+    assert view.table.columnWidth(3) >= metrics.horizontalAdvance(correlation_text((0x7369 << 32) | 0xFFF)) + 6
+    seg = segment_factory()
+    c2s = RingWriter(seg.buf, seg.header.cmd_c2s_offset, seg.header.cmd_ring_size)
+    log = TrafficLog(seg)
+    c2s.push(encode(Envelope(m.MethodId.GetSceneInfoReq, 1, m.GetSceneInfoReq(), sent_ns=1)))
+    feed(view, log)
+    assert view.stats_label.text().startswith("shown 1/1 · main c2s 1")
