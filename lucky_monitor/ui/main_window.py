@@ -262,7 +262,7 @@ class MainWindow(QtWidgets.QMainWindow):
         font.setPointSizeF(font.pointSizeF() * 1.3)
         font.setBold(True)
         self.state_label.setFont(font)
-        self.rate_label = TextLine(tooltip_is_text=True)
+        self.rate_label = TextLine()
         self.budget_label = TextLine()
         self.budget_label.setToolTip(BUDGET_TIP)
         self.alarm_button = QtWidgets.QPushButton("")
@@ -598,9 +598,16 @@ class MainWindow(QtWidgets.QMainWindow):
             # The same rounding as the panel: both read this tick's rates.
             fps = "—" if tick.rates.frames_per_s is None else f"{tick.rates.frames_per_s:.1f}"
             ips = "—" if tick.rates.images_per_s is None else f"{tick.rates.images_per_s:.1f}"
-            self.rate_label.setText(f"{fps} frames/s   {ips} images/s   poll {self._tick_cost * 1e3:4.1f} ms")
+            # The engine's rates (the budget line's "images N Hz" is what this window redraws); the poll's
+            # own cost in the tooltip: at 1280 px the line has room for the rates only.
+            self.rate_label.setText(f"engine {fps} frames/s · {ips} images/s")
+            self.rate_label.setToolTip(
+                f"what the engine publishes: {fps} frames/s, {ips} images/s; "
+                f"this window's last poll took {self._tick_cost * 1e3:.1f} ms"
+            )
         else:
             self.rate_label.setText("")
+            self.rate_label.setToolTip("")
         # Paused, the budget's rates are not what is shown: the status bar says the display is frozen instead.
         budget = "display paused (Space resumes)" if self._paused else self.budget.text()
         if budget != self.budget_label.text():
