@@ -209,6 +209,10 @@ class MainWindow(QtWidgets.QMainWindow):
         # --- centre: images over plots
         self.grid = ImageGridWidget()
         self.plots = PlotsPanel(self.history)
+        # One pause: the plots' button pauses the whole display, as Space does (it froze the plots alone,
+        # the grid and the traffic going on, and the status bar said nothing).
+        self.plots.pause_button.toggled.connect(self.set_paused)
+        self.plots.pause_button.setToolTip("pause the display (Space): images, plots, traffic; recording goes on")
         self.plots.ask_path = self._ask_path  # its CSV… and PNG… open where the window's saves do
         self.grid.env_selected.connect(self._on_env_selected)
         self.grid.display_changed.connect(self.session.set_display)

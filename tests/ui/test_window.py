@@ -768,3 +768,17 @@ def test_a_dock_layout_saved_by_an_older_version_gives_way_to_todays_default(qtb
     assert again.inspector_dock in again.tabifiedDockWidgets(again.findChild(QtWidgets.QDockWidget, "RPC_panel"))
     assert again.saveState(DOCKS_VERSION) == settings.value("window/state")
     again.close()
+
+
+def test_the_plots_pause_button_pauses_the_whole_display_as_space_does(qtbot, engine, window):
+    win = window(engine.name)
+    wait_state(qtbot, win, LinkState.FREE_RUNNING)
+    win.plots.pause_button.click()
+    assert win._paused and win.pause_action.isChecked() and win.plots.paused
+    assert win.budget_label.text() == "display paused (Space resumes)"
+    win.pause_action.trigger()  # Space
+    assert not win._paused and not win.plots.pause_button.isChecked() and not win.plots.paused
+    win.pause_action.trigger()
+    assert win.plots.pause_button.isChecked() and win.plots.pause_button.text() == "Resume"
+    win.plots.pause_button.click()
+    assert not win._paused and not win.pause_action.isChecked()
