@@ -766,7 +766,7 @@ class MonitorBackend(QObject):
         elif r.kind == "sim":
             self._set(simModeResult=r.text, simModeResultKind=kind)
         else:  # draws, and unreadable replies on the tools ring
-            values: dict[str, Any] = {"lastDrawResult": r.text, "lastDrawResultKind": kind}
-            if r.rtt_s is not None and r.ok:
-                values["lastRttMs"] = round(r.rtt_s * 1e3, 2)
-            self._set(**values)
+            # The RTT beside a result is that result's: a refusal's reply has one too; no reply, none
+            # (a refusal once showed the RTT of the success before it).
+            rtt = -1.0 if r.rtt_s is None else round(r.rtt_s * 1e3, 2)
+            self._set(lastDrawResult=r.text, lastDrawResultKind=kind, lastRttMs=rtt)

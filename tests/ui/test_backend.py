@@ -575,7 +575,7 @@ def test_results_land_in_the_right_place(qapp) -> None:
     b.apply(attached_tick(t=1.04))
     assert b.value("lastDrawResult") == "success 2.5 ms" and b.value("simModeResultKind") == "ok"
 
-    # The engine answered success = false: an error, and its round trip is not the last good one.
+    # The engine answered success = false: an error, shown with its own round trip (not the last good one's).
     b.apply(
         attached_tick(
             t=1.06, results=(CommandResult("arrow", 0, "error", "failed (engine: success = false) 3.0 ms", 0.003, 14),)
@@ -585,7 +585,7 @@ def test_results_land_in_the_right_place(qapp) -> None:
         "failed (engine: success = false) 3.0 ms",
         "error",
     )
-    assert b.value("lastRttMs") == 2.5
+    assert b.value("lastRttMs") == 3.0
 
     # An unreadable reply on the tools ring (no request claims it) shows in the draw area as an error.
     b.apply(
@@ -597,6 +597,7 @@ def test_results_land_in_the_right_place(qapp) -> None:
         "error: corrupt message on the tools s2c ring",
         "error",
     )
+    assert b.value("lastRttMs") == -1.0  # no reply to time: no RTT beside it
 
     # Several in one tick: the last one shows; a service bit out of range is ignored.
     b.apply(
@@ -611,7 +612,7 @@ def test_results_land_in_the_right_place(qapp) -> None:
         )
     )
     assert (b.value("lastDrawResult"), b.value("lastDrawResultKind")) == ("error: no reply within 2 s", "error")
-    assert b.value("lastRttMs") == 0.5
+    assert b.value("lastRttMs") == -1.0  # the last one's: it had no reply
     assert (b.value("simModeResult"), b.value("simModeResultKind")) == ("error: simulation mode 7 unknown", "error")
     assert [r["lastResult"] for r in b.services.rows] == [r["lastResult"] for r in rows]
 
