@@ -40,6 +40,7 @@ ALARM_PERIOD_S = 0.5
 #: Dim names written under the plot's x axis up to this many dims (indices beyond).
 MAX_TICK_NAMES = 24
 LEFT_AXIS_PX = 52  # both plots' left axes: the X link lines their views up only when these match
+HEADERS = ("dim", "name", "mean", "std", "min", "max", "NaN/Inf")  # the table's columns
 BAD_RGB = (255, 0, 255)  # a band holding NaN/Inf
 EMPTY_RGB = (60, 60, 60)  # no finite value at all
 
@@ -158,15 +159,36 @@ class InspectorView(QtWidgets.QWidget):
 
         # --- table
         self.table = QtWidgets.QTableWidget(0, 7)
-        self.table.setHorizontalHeaderLabels(["dim", "name", "mean", "std", "min", "max", "NaN/Inf"])
+        self.table.setHorizontalHeaderLabels(list(HEADERS))
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        # In a column as narrow as the RPC panel's: a dense font, the index, the numbers and the counts as wide
+        # as their usual text (a longer number elides, whole in the cell's tooltip), the name takes what is left
+        # (elided in the middle: "action_echo[0]" and "action_echo[3]" stay apart).
+        font = QtGui.QFont(self.table.font())
+        font.setPointSizeF(max(font.pointSizeF() * 0.9, 8.0))
+        self.table.setFont(font)
+        metrics = QtGui.QFontMetrics(font)
+        self.table.verticalHeader().setDefaultSectionSize(metrics.height() + 4)
+        header = self.table.horizontalHeader()
+        header.setStretchLastSection(False)
+        header.setMinimumSectionSize(20)
+        widest = ("888", "", "-0.0000", "-0.0000", "-0.0000", "-0.0000", "NaN/Inf")
+        for col, text in enumerate(widest):
+            if col == 1:
+                header.setSectionResizeMode(col, QtWidgets.QHeaderView.ResizeMode.Stretch)
+            else:
+                header.setSectionResizeMode(col, QtWidgets.QHeaderView.ResizeMode.Interactive)
+                self.table.setColumnWidth(col, metrics.horizontalAdvance(text) + 10)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.table.setWordWrap(False)
         self.table.setAlternatingRowColors(True)
 
         self.tabs = QtWidgets.QTabWidget()
         self.tabs.addTab(self.graphics, "plots")
         self.tabs.addTab(self.table, "table")
+        self._table_stats: RegionStats | None = None  # filled only while its tab is in front
+        self.tabs.currentChanged.connect(self._on_tab)
 
         # Top to bottom in a column as narrow as the RPC panel's: the counts; the alarm list (only while it
         # holds alarms: the plots get its room otherwise); the region and its note; the tabs.
@@ -305,10 +327,13 @@ class InspectorView(QtWidgets.QWidget):
                 b.setOpts(x=[], height=[])
             self.heat_image.clear()
             self.table.setRowCount(0)
+            self._table_stats = None
             self._shape = None
             return
         self._plot(stats)
-        self._fill_table(stats)
+        self._table_stats = stats
+        if self.tabs.currentWidget() is self.table:
+            self._fill_table(stats)
 
     def _plot(self, s: RegionStats) -> None:
         d = s.dims
@@ -357,6 +382,10 @@ class InspectorView(QtWidgets.QWidget):
             self._dim_title = title
             self.dim_plot.setTitle(title, size="9pt")
 
+    def _on_tab(self, _index: int) -> None:
+        if self.tabs.currentWidget() is self.table and self._table_stats is not None:
+            self._fill_table(self._table_stats)
+
     def _fill_table(self, s: RegionStats) -> None:
         d = min(s.dims, MAX_TABLE_DIMS)
         t = self.table
@@ -378,6 +407,8 @@ class InspectorView(QtWidgets.QWidget):
                     item = QtWidgets.QTableWidgetItem()
                     t.setItem(i, j, item)
                 item.setText(text)
+                if 2 <= j <= 5:
+                    item.setToolTip(f"{HEADERS[j]} of dim {i} ({s.names[i]}): {float(getattr(s, HEADERS[j])[i])!r}")
                 if j == 6:
                     item.setForeground(QtGui.QColor(pal.BAD if s.nonfinite[i] else pal.TEXT))
         t.setUpdatesEnabled(True)

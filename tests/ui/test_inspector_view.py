@@ -57,7 +57,11 @@ def test_view_of_hand_made_ticks_lists_alarms_newest_first_and_repaints_only_on_
     view.apply(tick)
     assert view.alarm_lines == ["frame 11  rewards  env 7  inf", "frame 10  obs  env 5  dim 3 (d3)  nan"]
     assert "obs 1" in view.counts_label.text() and "rewards 1" in view.counts_label.text()
+    assert view.table.rowCount() == 0  # the plots' tab is in front: the table is filled when it comes forward
+    view.tabs.setCurrentWidget(view.table)
     assert view.table.rowCount() == 4 and view.table.item(3, 1).text() == "d3" and view.table.item(3, 6).text() == "1"
+    assert view.table.item(3, 2).toolTip() == "mean of dim 3 (d3): 1.0"  # the exact value, the cell may elide it
+    assert view.table.columnWidth(1) > view.table.columnWidth(0)  # the name, not the index, has the room
     assert "names: GetAgentSchema" in view.note_label.text()
     n = view.repaints
     for _ in range(5):
