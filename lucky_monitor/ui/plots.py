@@ -76,6 +76,8 @@ WINDOW_CHOICES: tuple[tuple[str, float], ...] = (
     ("5 min", 300.0),
     ("10 min", 600.0),
 )
+#: Legend entries a row at most (fewer where the plot is narrower).
+LEGEND_MAX_COLUMNS = 6
 #: Band modes: (key, label).
 BAND_MODES: tuple[tuple[str, str], ...] = (("percentile", "p10–p90"), ("minmax", "min–max"))
 #: Distinct colours of the selected envs' curves, in selection order.
@@ -619,8 +621,9 @@ class PlotsPanel(QtWidgets.QWidget):
 
         # Rows: legend, reward plot, legend, counts plot, raster plot (+ its colour bar in column 1).
         # Legends are rows of their own, above their plot: never over the data.
-        self.legend = LegendRow(6, axis_width)
-        self.counts_legend = LegendRow(6, axis_width)
+        self._legend_indent = axis_width
+        self.legend = LegendRow(LEGEND_MAX_COLUMNS, axis_width)
+        self.counts_legend = LegendRow(LEGEND_MAX_COLUMNS, axis_width)
         ci.addItem(self.legend, row=0, col=0)
         self.reward_plot = ci.addPlot(row=1, col=0)
         ci.addItem(self.counts_legend, row=2, col=0)
@@ -1019,7 +1022,6 @@ class PlotsPanel(QtWidgets.QWidget):
         if tuple(self._selected_curves) == envs:
             return
         for curve in self._selected_curves.values():
-            self.legend.removeItem(curve)
             self.reward_plot.removeItem(curve)
         self._selected_curves = {}
         for slot, env in enumerate(envs):
@@ -1028,9 +1030,49 @@ class PlotsPanel(QtWidgets.QWidget):
             curve.setDownsampling(auto=False)
             curve.setClipToView(False)
             self.reward_plot.addItem(curve)
-            self.legend.addItem(curve, f"env {env}")
             self._selected_curves[env] = curve
+        self._fit_legend(force=True)
         self._seam_paints()
+
+    def _legend_entries(self) -> list[tuple[pg.PlotDataItem, str]]:
+        band = dict(BAND_MODES)[self._band]
+        entries = [(self.band_high, band), (self.mean_curve, "mean")]
+        return entries + [(curve, f"env {env}") for env, curve in self._selected_curves.items()]
+
+    def _fit_legend(self, force: bool = False) -> None:
+        """As many reward-legend entries a row as the plot's width holds.
+
+        A row wider than the plot widened the layout's column: at 1280x800
+        three selected envs pushed the raster's colour bar, and its labels,
+        out of the dock. The legend is built anew when its column count changes.
+        """
+        entries = self._legend_entries()
+        room = self.reward_plot.width()
+        if room <= 0:  # not laid out yet: a resize brings it back
+            room = math.inf
+        columns = LEGEND_MAX_COLUMNS
+        while True:  # the most columns whose row fits (the legend's own layout measures it)
+            legend = LegendRow(columns, self._legend_indent)
+            for item, text in entries:
+                legend.addItem(item, text)
+            width = legend.layout.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize).width()
+            if width <= room or columns == 1:
+                break
+            legend.clear()
+            columns -= 1
+        if not force and columns == self.legend.columnCount:
+            legend.clear()
+            return
+        ci = self.graphics.ci
+        ci.removeItem(self.legend)
+        self.legend.clear()
+        self.legend = legend
+        ci.addItem(self.legend, row=0, col=0)
+        ci.layout.setAlignment(self.legend, QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignVCenter)
+
+    def resizeEvent(self, event: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(event)
+        QtCore.QTimer.singleShot(0, self, self._fit_legend)  # once the plots have their new width (dropped if gone)
 
     def _draw_raster(self, history: History, bins: int, columns: int) -> None:
         self._raster.sync(history, bins)

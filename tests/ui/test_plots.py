@@ -694,3 +694,28 @@ def test_the_envs_ended_axis_ticks_whole_counts_only(panel: PlotsPanel) -> None:
     for low, high in ((0.0, 2.0), (0.0, 1.0), (0.0, 64.0), (0.0, 4096.0)):
         values = [v for _, level in axis.tickValues(low, high, 200) for v in level]
         assert values and all(float(v).is_integer() for v in values), (low, high, values)
+
+
+@pytest.mark.parametrize("selected", [[], [59, 10, 14], list(range(1000, 1008))])
+def test_the_legend_wraps_within_the_plot_and_the_colour_bar_stays_in_view(qtbot, selected) -> None:
+    """Seen at 1280x800 (plots ~540 px wide): three selected envs widened the legend's row past the plot,
+    pushing the raster's colour bar and its labels out of the dock."""
+    history = History(2048, capacity=2000, raster_capacity=120)
+    panel = PlotsPanel(history)
+    qtbot.addWidget(panel)
+    panel.resize(540, 420)
+    panel.show()
+    qtbot.waitExposed(panel)
+    history.set_selected(selected)
+    feed(history, 60)
+    panel.update_view()
+    for _ in range(5):
+        QtWidgets.QApplication.processEvents()
+    width = panel.graphics.viewport().width()
+    bar = panel.colorbar.sceneBoundingRect()
+    assert bar.right() <= width + 1, (bar, width)
+    legend = panel.legend.sceneBoundingRect()
+    assert legend.right() <= panel.reward_plot.sceneBoundingRect().right() + 1
+    assert len(panel.legend.items) == 2 + len(selected)
+    labels = [label.text for _, label in panel.legend.items]
+    assert labels[:2] == ["p10–p90", "mean"] and labels[2:] == [f"env {e}" for e in selected]
