@@ -76,6 +76,9 @@ WINDOW_CHOICES: tuple[tuple[str, float], ...] = (
     ("5 min", 300.0),
     ("10 min", 600.0),
 )
+#: Rows of the raster's reduced ring (envs binned to the plot's height): a whole minute at 60 Hz, where the
+#: history keeps the last 600 rows of every env.
+RASTER_DISPLAY_ROWS = 4096
 #: Legend entries a row at most (fewer where the plot is narrower).
 LEGEND_MAX_COLUMNS = 6
 #: Band modes: (key, label).
@@ -322,9 +325,18 @@ class RasterDisplay:
     Qt-free. :meth:`sync` reduces only the rows appended since the previous
     call (all of them after a :meth:`History.clear`, a new history or a new
     binning); :meth:`image` copies the rows of a time window.
+
+    ``rows``: the reduced ring's length (``None``: the history's
+    ``raster_capacity``). Longer than the history's own ring (600 rows of
+    every env), it keeps the reduced rows of a whole plot window (a minute
+    at 50 Hz is 3000 polls) as long as :meth:`sync` runs before the history's
+    ring laps; where it did not (a long pause), the rows held restart from
+    what the history still has, never with a hole inside them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rows: int | None = None) -> None:
+        self._rows = rows
+        self._held = 0  # rows of the ring holding consecutive samples, the newest last
         self._key: tuple[int, ...] | None = None
         self._history: History | None = None
         self._group = 1
@@ -370,11 +382,12 @@ class RasterDisplay:
             self._group = group
             self._starts = starts = None if group == 1 else np.arange(0, n, group, dtype=np.intp)
             bins = n if starts is None else starts.shape[0]
-            rcap = history.raster_capacity
+            rcap = history.raster_capacity if self._rows is None else max(int(self._rows), history.raster_capacity)
             self._ring = np.zeros((rcap, bins), np.float32)
             self._seq = np.zeros(rcap, np.int64)
             self._t = np.zeros(rcap, np.float64)
             self._count = 0
+            self._held = 0
             self.version += 1
             changed = True
         new = history.frames_seen - self._count
@@ -382,11 +395,14 @@ class RasterDisplay:
             return changed
         seq, t, rows = history.raster_tail(new)
         taken = rows.shape[0]
-        where = np.arange(history.frames_seen - taken, history.frames_seen) % self._ring.shape[0]
+        ring = self._ring.shape[0]
+        where = np.arange(history.frames_seen - taken, history.frames_seen) % ring
         self._ring[where] = reduce_bins(rows, self._starts, "mean", axis=1)
         self._seq[where] = seq
         self._t[where] = t
         self._count = history.frames_seen
+        # Rows the history no longer had were never reduced: what is held starts after them.
+        self._held = min(ring, taken if taken < new else self._held + taken)
         self.version += 1
         return True
 
@@ -405,7 +421,7 @@ class RasterDisplay:
 
     def window(self, seconds: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Like :meth:`image`, plus the poll time of each row (float64 seconds)."""
-        held = min(self._count, self._ring.shape[0])
+        held = self._held
         m = held
         if seconds is not None and held:
             newest = self._t[(self._count - 1) % self._ring.shape[0]]
@@ -585,7 +601,7 @@ class PlotsPanel(QtWidgets.QWidget):
         self._last_key: tuple | None = None
         self._curve_key: tuple | None = None
         self._view: HistoryView | None = None
-        self._raster = RasterDisplay()
+        self._raster = RasterDisplay(RASTER_DISPLAY_ROWS)
         self._raster_shown: tuple | None = None
         self._raster_title = _RASTER_EMPTY
         self._last_update_seconds = 0.0

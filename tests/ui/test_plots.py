@@ -158,18 +158,22 @@ def test_raster_is_binned_to_pixels_at_4096_envs(qtbot) -> None:
     assert len(panel.reward_plot.listDataItems()) == 3 + 8
     assert len(panel.counts_plot.listDataItems()) == 2
 
-    # Incremental update: new rows are reduced and appended, older ones kept. They come
-    # after a gap (frame_seq 100 -> 1000, 8 s unseen): the image is laid out on frame_seq,
-    # each row in its frame's column, and the columns of the gap are empty (NaN).
+    # Incremental update: new rows are reduced and appended, older ones kept (the display's ring outlasts
+    # the history's 60 rows). They come after a gap (frame_seq 100 -> 1000, 8 s unseen): the image is laid
+    # out on frame_seq, each row in its frame's column, and the columns of the gap are empty (NaN).
+    before, before_seq = image, history.window(None).raster_frame_seq
     feed(history, 5, start_seq=1000, start_t=10.0, seed=1)
     panel.update_view()
     view = history.window(None)
-    expected = np.add.reduceat(view.raster.astype(np.float64), np.arange(0, n, group), axis=1)
-    expected /= np.diff(np.append(np.arange(0, n, group), n))
+    new = view.raster_frame_seq >= 1000
+    expected_new = np.add.reduceat(view.raster[new].astype(np.float64), np.arange(0, n, group), axis=1)
+    expected_new /= np.diff(np.append(np.arange(0, n, group), n))
     image = panel.raster_image.image
-    columns = view.raster_frame_seq - view.raster_frame_seq[0]
-    assert image.shape == (columns[-1] + 1, expected.shape[1])
-    np.testing.assert_allclose(image[columns], expected, rtol=1e-5, atol=1e-5)
+    seqs = np.concatenate([before_seq, view.raster_frame_seq[new]])
+    columns = seqs - seqs[0]
+    assert image.shape == (columns[-1] + 1, expected_new.shape[1])
+    np.testing.assert_allclose(image[columns[: before.shape[0]]], before, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(image[columns[before.shape[0] :]], expected_new, rtol=1e-5, atol=1e-5)
     unseen = np.ones(image.shape[0], bool)
     unseen[columns] = False
     assert unseen.sum() == 899 and np.isnan(image[unseen]).all()
@@ -719,3 +723,26 @@ def test_the_legend_wraps_within_the_plot_and_the_colour_bar_stays_in_view(qtbot
     assert len(panel.legend.items) == 2 + len(selected)
     labels = [label.text for _, label in panel.legend.items]
     assert labels[:2] == ["p10–p90", "mean"] and labels[2:] == [f"env {e}" for e in selected]
+
+
+def test_the_raster_display_keeps_more_rows_than_the_history_and_never_a_hole() -> None:
+    """Seen: the default 1 min window's raster covered only its last 600 polls (the history's ring), the rest
+    of the shared axis empty, which reads as frames the monitor did not see."""
+    history = History(4, capacity=1000, raster_capacity=10)
+    display = RasterDisplay(rows=50)
+    t = 0.0
+    for k in range(40):  # synced every 5 appends: the history's 10 rows never lap between two syncs
+        history.append(k + 1, t, np.full(4, k, np.float32), np.zeros(4, np.uint8))
+        t += 0.1
+        if k % 5 == 4:
+            display.sync(history, 4)
+    image, seq = display.image(None)
+    assert seq.tolist() == list(range(1, 41)) and image[:, 0].tolist() == list(range(40))
+    assert display.image(1.05)[1].tolist() == list(range(30, 41))
+    for k in range(40, 65):  # 25 appends without a sync: the history kept the last 10 of them
+        history.append(k + 1, t, np.full(4, k, np.float32), np.zeros(4, np.uint8))
+        t += 0.1
+    display.sync(history, 4)
+    image, seq = display.image(None)
+    assert seq.tolist() == list(range(56, 66))  # restarted from what the history had: no hole, no stale rows
+    assert RasterDisplay(None).sync(history, 4)  # None: the history's own ring length
