@@ -39,14 +39,8 @@ DarkPane {
         anchors.margins: 12
         spacing: 8
 
-        Label {
-            text: "Debug draw"
-            color: Theme.accent
-            font.pixelSize: Theme.title
-            font.bold: true
-            font.letterSpacing: 1.2
-            font.capitalization: Font.AllUppercase
-        }
+        // No heading of its own: the dock's title says "Debug draw" (the two read as a repeat, and the
+        // traffic table below has the height at 1280x800).
         Label {
             objectName: "toolsReason"
             Layout.fillWidth: true

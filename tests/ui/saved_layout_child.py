@@ -7,7 +7,8 @@ child). The window searches for a segment that does not exist (no engine
 needed), with its settings in SETTINGS_INI, as ``lucky-monitor`` opens it
 (the theme applied first). ACTION, done once the window is shown:
 
-* ``split``: the Inspector split off from its tab into a dock of its own, below the command traffic (right);
+* ``split``: the Inspector and the RPC panel split off from their tabs into docks of their own, below the
+  command traffic (right): a column of four docks, taller than a 1280x800 screen;
 * ``raise``: the Inspector's tab brought to the front;
 * ``report``: nothing.
 
@@ -60,9 +61,11 @@ def main() -> None:
     for _ in range(20):
         app.processEvents()
     if action == "split":
-        win.removeDockWidget(win.inspector_dock)
-        win.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, win.inspector_dock, Qt.Orientation.Vertical)
-        win.inspector_dock.show()
+        panel = win.findChild(QtWidgets.QDockWidget, "RPC_panel")
+        for dock in (win.inspector_dock, panel):
+            win.removeDockWidget(dock)
+            win.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock, Qt.Orientation.Vertical)
+            dock.show()
     elif action == "raise":
         win.show_inspector()
     for _ in range(20):

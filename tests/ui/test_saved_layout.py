@@ -1,9 +1,10 @@
 """A saved window layout meets a smaller screen: restored where it fits, the default layout where it cannot.
 
 Seen: settings saved on a 1920x1080 screen with the Inspector split off into
-its own dock (the right column then needs about 880 px of height) came back
+its own dock (the right column then needed about 880 px of height) came back
 on a 1280x800 screen as a window taller than the screen, its status bar and
-the bottom of the RPC panel off it.
+the bottom of the RPC panel off it. The tests split off the Inspector and the
+RPC panel below the command traffic: a right column of four docks.
 
 The fit rule is checked directly (:func:`layout_fits`,
 :func:`first_start_size`); the window itself in child processes, each on the
