@@ -162,25 +162,16 @@ class InspectorView(QtWidgets.QWidget):
         self.table.setHorizontalHeaderLabels(list(HEADERS))
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
-        # In a column as narrow as the RPC panel's: a dense font, the index, the numbers and the counts as wide
-        # as their usual text (a longer number elides, whole in the cell's tooltip), the name takes what is left
-        # (elided in the middle: "action_echo[0]" and "action_echo[3]" stay apart).
+        # In a column as narrow as the RPC panel's: a dense font, every column as wide as its text (never a
+        # number cut: the view scrolls sideways instead), each number's exact value in its cell's tooltip.
+        # Sized only while the table is in front (see _fill_table).
         font = QtGui.QFont(self.table.font())
         font.setPointSizeF(max(font.pointSizeF() * 0.9, 8.0))
         self.table.setFont(font)
-        metrics = QtGui.QFontMetrics(font)
-        self.table.verticalHeader().setDefaultSectionSize(metrics.height() + 4)
+        self.table.verticalHeader().setDefaultSectionSize(QtGui.QFontMetrics(font).height() + 4)
         header = self.table.horizontalHeader()
-        header.setStretchLastSection(False)
-        header.setMinimumSectionSize(20)
-        widest = ("888", "", "-0.0000", "-0.0000", "-0.0000", "-0.0000", "NaN/Inf")
-        for col, text in enumerate(widest):
-            if col == 1:
-                header.setSectionResizeMode(col, QtWidgets.QHeaderView.ResizeMode.Stretch)
-            else:
-                header.setSectionResizeMode(col, QtWidgets.QHeaderView.ResizeMode.Interactive)
-                self.table.setColumnWidth(col, metrics.horizontalAdvance(text) + 10)
-        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        header.setStretchLastSection(True)
+        header.setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
         self.table.setWordWrap(False)
         self.table.setAlternatingRowColors(True)
 

@@ -61,7 +61,10 @@ def test_view_of_hand_made_ticks_lists_alarms_newest_first_and_repaints_only_on_
     view.tabs.setCurrentWidget(view.table)
     assert view.table.rowCount() == 4 and view.table.item(3, 1).text() == "d3" and view.table.item(3, 6).text() == "1"
     assert view.table.item(3, 2).toolTip() == "mean of dim 3 (d3): 1.0"  # the exact value, the cell may elide it
-    assert view.table.columnWidth(1) > view.table.columnWidth(0)  # the name, not the index, has the room
+    metrics = view.table.fontMetrics()  # every cell whole: a number cut in the middle read "0.…91"
+    for col in range(7):
+        widest = max(metrics.horizontalAdvance(view.table.item(r, col).text()) for r in range(4))
+        assert view.table.columnWidth(col) >= widest, col
     assert "names: GetAgentSchema" in view.note_label.text()
     n = view.repaints
     for _ in range(5):
