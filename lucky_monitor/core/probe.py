@@ -59,7 +59,7 @@ from ..protocol.errors import (
     UnavailableError,
 )
 from ..transport.tools_agent import REPLY_TIMEOUT_S
-from .conformance import FAIL, PASS, RuleResult
+from .conformance import FAIL, ODD_SHARE_LIMIT, ODD_SHARE_MIN_LOOKS, PASS, RuleResult
 from .text import safe_text
 
 if TYPE_CHECKING:
@@ -306,6 +306,8 @@ class _Samples:
     hb_problem: str = ""
     img: str = ""
     img_publishes: int = 0
+    img_looks: int = 0  # samples that read image_seq, and those that found it odd
+    img_odd: int = 0
     rings: dict[str, str] = field(default_factory=dict)
     ring_max_used: dict[str, int] = field(default_factory=dict)
     turn_problem: str = ""
@@ -566,6 +568,8 @@ class LiveProbe:
                         if s1 == even_seq and imf != even_imf:
                             s.img = f"image_frame_seq changed ({even_imf} -> {imf}) while image_seq stayed {s1} (even)"
                         even_seq, even_imf = s1, imf
+                    s.img_looks += 1
+                    s.img_odd += s1 & 1
                     if s1 & 1:
                         odd_since = now if odd_since is None else odd_since
                         if now - odd_since > ODD_LIMIT_S and not s.img:
@@ -819,6 +823,13 @@ class LiveProbe:
             return NA, "no image region"
         if s.img:
             return FAIL, s.img
+        # Odd at nearly every sample without staying odd for a second: the seqlock kept inverted (odd between
+        # writes, even only while writing); a sample now and then that lands in a write resets the run above.
+        if s.img_looks >= ODD_SHARE_MIN_LOOKS and s.img_odd >= ODD_SHARE_LIMIT * s.img_looks:
+            return FAIL, (
+                f"image_seq stayed odd at {s.img_odd} of {s.img_looks} samples: odd between writes "
+                "(an inverted seqlock) or writes that never pause"
+            )
         return (
             PASS,
             f"{s.samples} samples, {s.img_publishes} publishes seen, image_frame_seq <= frame_seq + 1 throughout",
