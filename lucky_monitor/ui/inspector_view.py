@@ -10,8 +10,8 @@ the engine names the dims.
 Parts, top to bottom: the alarm counts (``lucky_nonfinite_total`` per region,
 large values, image findings) and the list of recent alarms, newest first;
 the region picker (obs or actions) with where the values come from; then
-two tabs: *plots* (per-dim mean with the ±std and min–max bands, the
-selected envs' values as bars, and the envs × dims heatmap: each column
+two tabs: *plots* (a box per dim: min–max, ±std and the mean; the
+selected envs' values as dots, and the envs × dims heatmap: each column
 scaled to its own range, bands of envs beyond 256 rows averaged, cells of a
 band holding NaN/Inf in magenta) and *table* (the numbers, dim by dim).
 """
@@ -130,17 +130,18 @@ class InspectorView(QtWidgets.QWidget):
         self.dim_plot.showGrid(x=False, y=True, alpha=0.2)
         self.dim_plot.setMouseEnabled(x=True, y=False)
         self.dim_plot.hideButtons()
-        self.band_minmax = pg.FillBetweenItem(
-            pg.PlotDataItem(), pg.PlotDataItem(), brush=pg.mkBrush(pal.rgba(pal.BAND, 50))
+        # One box per dim (min–max light, ±std darker, the mean a white tick): a shape joining the dims
+        # suggested values between them. The selected envs' values are dots in their tile colours.
+        self.box_minmax = pg.BarGraphItem(
+            x=[], y0=[], y1=[], width=0.8, brush=pg.mkBrush(pal.rgba(pal.BAND, 60)), pen=None
         )
-        self.band_std = pg.FillBetweenItem(
-            pg.PlotDataItem(), pg.PlotDataItem(), brush=pg.mkBrush(pal.rgba(pal.BAND, 110))
+        self.box_std = pg.BarGraphItem(
+            x=[], y0=[], y1=[], width=0.8, brush=pg.mkBrush(pal.rgba(pal.BAND, 150)), pen=None
         )
-        self.mean_curve = pg.PlotDataItem(pen=pg.mkPen(pal.MEAN, width=1.5))
-        self.dim_plot.addItem(self.band_minmax)
-        self.dim_plot.addItem(self.band_std)
-        self.bars: list[pg.BarGraphItem] = []
-        self.dim_plot.addItem(self.mean_curve)
+        self.mean_ticks = pg.PlotDataItem(pen=pg.mkPen(pal.MEAN, width=2), connect="pairs")
+        self.dots = pg.ScatterPlotItem(size=6, pen=None)
+        for item in (self.box_minmax, self.box_std, self.mean_ticks, self.dots):
+            self.dim_plot.addItem(item)
         self.heat_plot: pg.PlotItem = ci.addPlot(row=1, col=0)
         self.heat_plot.setTitle("envs × dims, each dim to its own range<br>magenta: NaN/Inf", size="9pt")
         self.heat_plot.invertY(True)
@@ -308,14 +309,10 @@ class InspectorView(QtWidgets.QWidget):
                 note = f"{src} · {note}" if note else src
         self.note_label.setText(note)
         if stats is None:
-            for item in (self.mean_curve,):
-                item.setData([], [])
-            self.band_minmax.curves[0].setData([], [])
-            self.band_minmax.curves[1].setData([], [])
-            self.band_std.curves[0].setData([], [])
-            self.band_std.curves[1].setData([], [])
-            for b in self.bars:
-                b.setOpts(x=[], height=[])
+            for box in (self.box_minmax, self.box_std):
+                box.setOpts(x=[], y0=[], y1=[])
+            self.mean_ticks.setData([], [])
+            self.dots.setData([], [])
             self.heat_image.clear()
             self.table.setRowCount(0)
             self._table_stats = None
@@ -331,24 +328,24 @@ class InspectorView(QtWidgets.QWidget):
         x = np.arange(d, dtype=np.float64)
         ok = np.isfinite(s.mean)
         xs = x[ok]
-        self.mean_curve.setData(xs, s.mean[ok])
-        self.band_minmax.curves[0].setData(xs, s.min[ok])
-        self.band_minmax.curves[1].setData(xs, s.max[ok])
-        self.band_std.curves[0].setData(xs, (s.mean - s.std)[ok])
-        self.band_std.curves[1].setData(xs, (s.mean + s.std)[ok])
+        self.box_minmax.setOpts(x=xs, y0=s.min[ok], y1=s.max[ok], width=0.8)
+        self.box_std.setOpts(x=xs, y0=(s.mean - s.std)[ok], y1=(s.mean + s.std)[ok], width=0.8)
+        self.mean_ticks.setData(np.repeat(xs, 2) + np.tile([-0.4, 0.4], xs.shape[0]), np.repeat(s.mean[ok], 2))
         k = len(s.envs)
-        width = 0.8 / max(1, k)
-        while len(self.bars) < k:
-            colour = pal.ENV_COLOURS[len(self.bars) % len(pal.ENV_COLOURS)]
-            bar = pg.BarGraphItem(x=[], height=[], width=width, brush=pg.mkBrush(pal.rgba(colour, 200)), pen=None)
-            self.dim_plot.addItem(bar)
-            self.bars.append(bar)
-        for i, bar in enumerate(self.bars):
-            if i < k:
-                h = np.nan_to_num(s.selected[i].astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
-                bar.setOpts(x=x - 0.4 + width * (i + 0.5), height=h, width=width)
-            else:
-                bar.setOpts(x=[], height=[])
+        step = 0.8 / max(1, k)
+        dx: list[np.ndarray] = []
+        dy: list[np.ndarray] = []
+        brushes: list[QtGui.QBrush] = []
+        for i in range(k):
+            values = s.selected[i].astype(np.float64)
+            shown = np.isfinite(values)
+            dx.append(x[shown] - 0.4 + step * (i + 0.5))
+            dy.append(values[shown])
+            brushes += [pg.mkBrush(pal.ENV_COLOURS[i % len(pal.ENV_COLOURS)])] * int(shown.sum())
+        if k:
+            self.dots.setData(x=np.concatenate(dx), y=np.concatenate(dy), brush=brushes)
+        else:
+            self.dots.setData([], [])
         # Axes, ranges and the heatmap's rectangle change with the shape only: set again, each re-lays out.
         longest = max((len(n) for n in s.names), default=1)
         width = self.dim_plot.getViewBox().width()
@@ -366,9 +363,9 @@ class InspectorView(QtWidgets.QWidget):
         self.heat_image.setRect(QtCore.QRectF(-0.5, 0, d, rows * s.band))
         self._set_dim_title(", ".join(f"env {e}" for e in s.envs) if s.envs else "none (click a tile)")
 
-    def _set_dim_title(self, bars: str) -> None:
+    def _set_dim_title(self, dots: str) -> None:
         """The per-dim plot's title, in two short lines; set only when it changes (a new title re-lays out)."""
-        title = f"per dim over envs: mean, ±std, min–max<br>bars: {bars}"
+        title = f"per dim over envs: mean, ±std, min–max<br>dots: {dots}"
         if title != self._dim_title:
             self._dim_title = title
             self.dim_plot.setTitle(title, size="9pt")

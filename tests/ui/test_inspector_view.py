@@ -172,3 +172,26 @@ def test_the_heatmap_shows_every_dim_under_the_per_dim_plot(qtbot) -> None:
         assert abs(heat_x - dim_x) < 1.0
     low, high = heat_box.viewRange()[0]
     assert low <= -0.5 and high >= 15.5  # both end columns whole
+
+
+def test_each_dim_is_a_box_and_the_selected_envs_are_dots(qtbot) -> None:
+    """A band joining the dims suggested values between them; one box per dim does not."""
+    from lucky_monitor.ui.inspector_view import InspectorView
+
+    view = InspectorView()
+    qtbot.addWidget(view)
+    view.show()  # statistics are drawn while the view can be seen
+    obs = np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
+    obs[:, 2] = np.nan  # a dim with no finite value: no box
+    view.apply(dataclasses.replace(attached_tick(small_header()), inspector=frame_with(1, obs)))
+    x = view.box_minmax.opts["x"]
+    assert list(x) == [0, 1, 3]
+    np.testing.assert_array_equal(view.box_minmax.opts["y0"], obs[:, [0, 1, 3]].min(axis=0))
+    np.testing.assert_array_equal(view.box_minmax.opts["y1"], obs[:, [0, 1, 3]].max(axis=0))
+    tx, ty = view.mean_ticks.getData()
+    assert len(tx) == 6 and tx[0] == pytest.approx(-0.4) and tx[1] == pytest.approx(0.4)
+    np.testing.assert_allclose(ty[::2], obs[:, [0, 1, 3]].mean(axis=0))
+    dots = view.dots.data
+    assert len(dots) == 2 * 3  # envs 1 and 2 (frame_with selects them), three finite dims each
+    np.testing.assert_allclose(sorted(dots["y"][:3]), obs[1, [0, 1, 3]])
+    assert "dots: env 1, env 2" in view.dim_plot.titleLabel.text
