@@ -40,9 +40,12 @@ ALARM_PERIOD_S = 0.5
 #: Dim names written under the plot's x axis up to this many dims (indices beyond).
 MAX_TICK_NAMES = 24
 LEFT_AXIS_PX = 52  # both plots' left axes: the X link lines their views up only when these match
-HEADERS = ("dim", "name", "mean", "std", "min", "max", "NaN/Inf")  # the table's columns
+#: The table's columns, the count of bad values beside the name (the dim's index is the row header, which stays in
+#: view when the table scrolls sideways in a narrow column).
+HEADERS = ("name", "NaN/Inf", "mean", "std", "min", "max")
 BAD_RGB = (255, 0, 255)  # a band holding NaN/Inf
 EMPTY_RGB = (60, 60, 60)  # no finite value at all
+CONSTANT_RGB = (128, 128, 128)  # a dim with one value across envs: no range to colour
 
 
 def _lut() -> np.ndarray:
@@ -65,6 +68,8 @@ def heat_rgb(stats: RegionStats) -> np.ndarray:
         span = np.where(hi > lo, hi - lo, 1.0)
         norm = np.where(finite, np.clip((heat - lo) / span, 0.0, 1.0), 0.0)
     rgb = _LUT[(norm * 255).astype(np.int64)]
+    # A dim that never changes has no range: grey, not the colour of the lowest value (read as "all at minimum").
+    rgb[:, ~(hi > lo)] = CONSTANT_RGB
     rgb[~finite] = EMPTY_RGB
     rgb[stats.heat_bad] = BAD_RGB
     return np.ascontiguousarray(rgb)
@@ -143,7 +148,9 @@ class InspectorView(QtWidgets.QWidget):
         for item in (self.box_minmax, self.box_std, self.mean_ticks, self.dots):
             self.dim_plot.addItem(item)
         self.heat_plot: pg.PlotItem = ci.addPlot(row=1, col=0)
-        self.heat_plot.setTitle("envs × dims, each dim to its own range<br>magenta: NaN/Inf", size="9pt")
+        self.heat_plot.setTitle(
+            "envs × dims, each dim to its own range<br>magenta: NaN/Inf · grey: constant", size="9pt"
+        )
         self.heat_plot.invertY(True)
         self.heat_plot.setLabel("left", "env")
         self.heat_plot.setMouseEnabled(x=False, y=False)
@@ -159,9 +166,9 @@ class InspectorView(QtWidgets.QWidget):
         ci.layout.setRowStretchFactor(1, 1)
 
         # --- table
-        self.table = QtWidgets.QTableWidget(0, 7)
+        self.table = QtWidgets.QTableWidget(0, len(HEADERS))
         self.table.setHorizontalHeaderLabels(list(HEADERS))
-        self.table.verticalHeader().setVisible(False)
+        self.table.verticalHeader().setDefaultAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
         # In a column as narrow as the RPC panel's: a dense font, every column as wide as its text (never a
         # number cut: the view scrolls sideways instead), each number's exact value in its cell's tooltip.
@@ -379,15 +386,15 @@ class InspectorView(QtWidgets.QWidget):
         t = self.table
         t.setUpdatesEnabled(False)
         t.setRowCount(d)
+        t.setVerticalHeaderLabels([str(i) for i in range(d)])
         for i in range(d):
             cells = (
-                str(i),
                 s.names[i],
+                str(int(s.nonfinite[i])),
                 _num(float(s.mean[i])),
                 _num(float(s.std[i])),
                 _num(float(s.min[i])),
                 _num(float(s.max[i])),
-                str(int(s.nonfinite[i])),
             )
             for j, text in enumerate(cells):
                 item = t.item(i, j)
@@ -395,8 +402,8 @@ class InspectorView(QtWidgets.QWidget):
                     item = QtWidgets.QTableWidgetItem()
                     t.setItem(i, j, item)
                 item.setText(text)
-                if 2 <= j <= 5:
+                if j >= 2:
                     item.setToolTip(f"{HEADERS[j]} of dim {i} ({s.names[i]}): {float(getattr(s, HEADERS[j])[i])!r}")
-                if j == 6:
+                elif j == 1:
                     item.setForeground(QtGui.QColor(pal.BAD if s.nonfinite[i] else pal.TEXT))
         t.setUpdatesEnabled(True)

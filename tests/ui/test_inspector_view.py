@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_heatmap_scales_each_dim_to_its_range_and_marks_nan_bands_magenta() -> None:
-    from lucky_monitor.ui.inspector_view import BAD_RGB, heat_rgb
+    from lucky_monitor.ui.inspector_view import BAD_RGB, CONSTANT_RGB, heat_rgb
 
     a = np.zeros((4, 3), np.float32)
     a[:, 0] = [0, 1, 2, 3]
@@ -29,6 +29,10 @@ def test_heatmap_scales_each_dim_to_its_range_and_marks_nan_bands_magenta() -> N
     np.testing.assert_array_equal(rgb[:, 0], rgb[:, 1])
     assert tuple(rgb[2, 2]) == BAD_RGB and tuple(rgb[0, 2]) != BAD_RGB
     assert not np.array_equal(rgb[0, 0], rgb[3, 0])
+    b = np.zeros((4, 2), np.float32)
+    b[:, 0] = [0, 1, 2, 3]  # b[:, 1] never changes: grey, not the lowest value's colour
+    rgb = heat_rgb(region_stats("obs", 1, b))
+    assert {tuple(c) for c in rgb[:, 1]} == {CONSTANT_RGB} and tuple(rgb[0, 0]) != CONSTANT_RGB
 
 
 def frame_with(stats_seq: int, obs: np.ndarray) -> InspectorFrame:
@@ -59,10 +63,12 @@ def test_view_of_hand_made_ticks_lists_alarms_newest_first_and_repaints_only_on_
     assert "obs 1" in view.counts_label.text() and "rewards 1" in view.counts_label.text()
     assert view.table.rowCount() == 0  # the plots' tab is in front: the table is filled when it comes forward
     view.tabs.setCurrentWidget(view.table)
-    assert view.table.rowCount() == 4 and view.table.item(3, 1).text() == "d3" and view.table.item(3, 6).text() == "1"
-    assert view.table.item(3, 2).toolTip() == "mean of dim 3 (d3): 1.0"  # the exact value, the cell may elide it
+    assert view.table.rowCount() == 4 and view.table.item(3, 0).text() == "d3" and view.table.item(3, 1).text() == "1"
+    assert view.table.verticalHeaderItem(3).text() == "3"  # the dim's index stays in view when the table scrolls
+    assert view.table.horizontalHeaderItem(1).text() == "NaN/Inf"  # the bad count beside the name, never off screen
+    assert view.table.item(3, 2).toolTip() == "mean of dim 3 (d3): 1.0"  # the exact value
     metrics = view.table.fontMetrics()  # every cell whole: a number cut in the middle read "0.…91"
-    for col in range(7):
+    for col in range(6):
         widest = max(metrics.horizontalAdvance(view.table.item(r, col).text()) for r in range(4))
         assert view.table.columnWidth(col) >= widest, col
     assert "names: GetAgentSchema" in view.note_label.text()
