@@ -429,6 +429,8 @@ class CpuBudget:
     def text(self) -> str:
         """The status line: ``CPU 8 % of 10 % · images 30 Hz · plots 5 Hz · panel 10 Hz``."""
         usage = "—" if self.usage_pct is None else f"{self.usage_pct:.0f}"
+        if self.over_budget and self.usage_pct is not None and round(self.usage_pct) <= self.effective_pct:
+            usage = f"{self.usage_pct:.1f}"  # "5 % of 5 % · over budget" read as a contradiction
         head = f"CPU {usage} % of {self.effective_pct:g} %" if self.limited else f"CPU {usage} % (no budget)"
         if self.limited and self.machine_busy:
             head += " (machine busy)"

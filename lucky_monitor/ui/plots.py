@@ -85,14 +85,14 @@ LEGEND_MAX_COLUMNS = 6
 BAND_MODES: tuple[tuple[str, str], ...] = (("percentile", "p10–p90"), ("minmax", "min–max"))
 #: Distinct colours of the selected envs' curves, in selection order.
 SELECTED_COLOURS: tuple[str, ...] = pal.ENV_COLOURS
-_SAMPLES_TEXT = "values are samples: {n} frames skipped in this window ({cause})"
+_SAMPLES_TEXT = "values are samples: {n} frame{s} skipped in this window ({cause})"
 _SAMPLES_TIP = (
-    "{n} frames skipped in the window shown, because {cause}: the curves and the raster are samples "
+    "{n} frame{s} skipped in the window shown, because {cause}: the curves and the raster are samples "
     "of the run, not every frame"
 )
 #: The causes the note names, short (the line) and whole (its tooltip): judged from the window's own frame
 #: rate against the poll's.
-ENGINE_FASTER = ("engine faster than the 60 Hz poll", "the engine steps faster than the 60 Hz poll")
+ENGINE_FASTER = ("engine faster than the poll", "the engine steps faster than the 60 Hz poll")
 POLLS_LATE = ("late polls", "the monitor's polls came late (the engine is slower than the poll)")
 #: The poll's rate: an engine whose frames come faster outruns it (frames are skipped whatever the monitor does).
 _POLL_HZ = 60.0
@@ -1154,8 +1154,9 @@ class PlotsPanel(QtWidgets.QWidget):
             span = float(t[-1] - t[0]) if t.shape[0] > 1 else 0.0
             rate = float(seq[-1] - seq[0]) / span if span > 0 else math.inf
             short, whole = ENGINE_FASTER if rate > _POLL_HZ else POLLS_LATE
-            self.samples_label.setText(_SAMPLES_TEXT.format(n=n, cause=short))
-            self.samples_label.setToolTip(_SAMPLES_TIP.format(n=n, cause=whole))
+            plural = "" if n == 1 else "s"
+            self.samples_label.setText(_SAMPLES_TEXT.format(n=n, s=plural, cause=short))
+            self.samples_label.setToolTip(_SAMPLES_TIP.format(n=n, s=plural, cause=whole))
         self.samples_label.setVisible(n > 0)
 
     # ---------------------------------------------------------------- export

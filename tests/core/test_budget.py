@@ -428,3 +428,14 @@ def test_costs_measured_in_the_windows_warm_up_do_not_hold_it_down():
 
     assert at_every_image_by(30, CpuBudget.warmup_s)
     assert not at_every_image_by(30, float("inf"))  # remembered for memory_s, the warm-up held it down
+
+
+def test_over_budget_by_less_than_a_point_shows_the_usage_to_a_tenth():
+    """Seen: 'CPU 5 % of 5 % (machine busy) · … · over budget at the lowest rates' read as a contradiction."""
+    b = CpuBudget(10)
+    run(b, lambda level, t: 10.4, 300)
+    assert b.at_floor and b.over_budget
+    assert b.text().startswith("CPU 10.4 % of 10 % ·"), b.text()
+    b2 = CpuBudget(10)
+    run(b2, lambda level, t: 25.0, 20)
+    assert b2.text().startswith("CPU 25 % of 10 %")  # plainly over: whole percents

@@ -76,9 +76,12 @@ def test_a_new_text_repaints_the_line_and_asks_for_room_only_when_wider(qtbot, k
     settle()
     assert requests.count == 1
     assert line.sizeHint().width() >= line.fontMetrics().horizontalAdvance("image_seq 123456789012")
-    line.setText("x")  # the hint keeps the widest: narrower texts never ask again
+    line.setText("image_seq 12345678901")  # a little narrower: the hint stays, no new layout
     settle()
     assert requests.count == 1
+    line.setText("x")  # much narrower: the room goes back to the neighbours, once
+    settle()
+    assert requests.count == 2
 
 
 def test_a_line_narrower_than_its_text_elides_it_and_its_tooltip_holds_the_whole(qtbot) -> None:
@@ -141,3 +144,16 @@ def test_a_line_given_its_size_hint_shows_its_whole_text(qtbot, point_size) -> N
         exact = QtGui.QFontMetricsF(line.font()).horizontalAdvance(text)
         assert exact <= width
         assert line.fontMetrics().elidedText(text, QtCore.Qt.TextElideMode.ElideRight, width) == text
+
+
+def test_a_much_narrower_text_gives_the_room_back_a_slightly_narrower_one_does_not(qtbot) -> None:
+    """Seen: after a fast phase ('2758.5 frames/s') the status bar's rate line kept its widest hint, and the
+    budget line beside it elided for the rest of the session."""
+    line = TextLine("engine 2758.5 frames/s · 2758.5 images/s")
+    qtbot.addWidget(line)
+    wide = line.sizeHint().width()
+    line.setText("engine 2758.4 frames/s · 2758.9 images/s")
+    assert line.sizeHint().width() == wide  # about as wide: no new layout
+    line.setText("engine 49.7 frames/s")
+    assert line.sizeHint().width() < 0.8 * wide
+    assert line.sizeHint().width() == line.text_width()

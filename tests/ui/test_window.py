@@ -364,7 +364,7 @@ def test_status_bar_shows_the_budget_and_the_rates_in_force(qtbot, engine, windo
     # stepped down already (plots at 0.5 Hz, a share of the images).
     budget = r"5 % \(machine busy\)" if win.budget.machine_busy else r"10 %"
     rates = r"images ([\d.]+ Hz|\d+ %) · plots [\d.]+ Hz · panel [\d.]+ Hz"
-    assert re.fullmatch(rf"CPU \d+ % of {budget} · {rates}( · over budget.*)?", text), text
+    assert re.fullmatch(rf"CPU [\d.]+ % of {budget} · {rates}( · over budget.*)?", text), text
 
 
 def test_panels_do_not_render_when_nothing_changed(qtbot, window):
