@@ -643,6 +643,7 @@ class PlotsPanel(QtWidgets.QWidget):
         # Rows: legend, reward plot, legend, counts plot, raster plot (+ its colour bar in column 1).
         # Legends are rows of their own, above their plot: never over the data.
         self._legend_indent = axis_width
+        self._legend_room = -1.0  # the room (see _legend_width) the legend was last fitted to
         self.legend = LegendRow(LEGEND_MAX_COLUMNS, axis_width)
         self.counts_legend = LegendRow(LEGEND_MAX_COLUMNS, axis_width)
         ci.addItem(self.legend, row=0, col=0)
@@ -978,6 +979,8 @@ class PlotsPanel(QtWidgets.QWidget):
         self._draw_curves(view, target, span)
         self._curve_key = curve_key
         offer()
+        if self.graphics.isVisible() and self._legend_width() != self._legend_room:  # a new width since the last fit
+            self._fit_legend()
         self._draw_raster(history, bins, target)
         offer()
         self._draw_samples(view)
@@ -1068,8 +1071,10 @@ class PlotsPanel(QtWidgets.QWidget):
         out of the dock. The legend is built anew when its column count changes.
         """
         entries = self._legend_entries()
-        room = self.reward_plot.width()
-        if room <= 0:  # not laid out yet: a resize brings it back
+        shown = self.graphics.isVisible()
+        self._legend_room = self._legend_width()
+        room = self._legend_room if shown else self.reward_plot.width()  # hidden: the view has no width yet
+        if room <= 0:  # not laid out yet: a resize or a refresh brings it back
             room = math.inf
         columns = LEGEND_MAX_COLUMNS
         while True:  # the most columns whose row fits (the legend's own layout measures it)
@@ -1090,6 +1095,25 @@ class PlotsPanel(QtWidgets.QWidget):
         self.legend = legend
         ci.addItem(self.legend, row=0, col=0)
         ci.layout.setAlignment(self.legend, QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignVCenter)
+        if self.graphics.isVisible():
+            # The view set the layout's geometry at its last resize, clamped to the old legend's width: again.
+            self.graphics.ci.setGeometry(self.graphics.range)
+
+    def _legend_width(self) -> float:
+        """The room the reward legend's row has: the view's width less the colour bar's column.
+
+        Not the reward plot's own width: a legend row wider than that holds the layout's column at its width,
+        so the plot never narrows again for a refit to see (the colour bar went out of view instead).
+        """
+        ci = self.graphics.ci
+        margins = ci.layout.contentsMargins() if hasattr(ci.layout, "contentsMargins") else None
+        spare = 0.0 if margins is None else margins[0] + margins[2]
+        return (
+            float(self.graphics.viewport().width())
+            - self.colorbar.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize).width()
+            - ci.layout.horizontalSpacing()
+            - spare
+        )
 
     def resizeEvent(self, event: QtGui.QResizeEvent) -> None:
         super().resizeEvent(event)

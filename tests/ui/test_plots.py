@@ -726,6 +726,18 @@ def test_the_legend_wraps_within_the_plot_and_the_colour_bar_stays_in_view(qtbot
     assert len(panel.legend.items) == 2 + len(selected)
     labels = [label.text for _, label in panel.legend.items]
     assert labels[:2] == ["p10–p90", "mean"] and labels[2:] == [f"env {e}" for e in selected]
+    # Wider (docks hidden), then back: the legend follows the width the layout settles on.
+    for step, width in enumerate((1400, 540)):
+        panel.resize(width, 420)
+        for _ in range(5):
+            QtWidgets.QApplication.processEvents()
+        feed(history, 2, start_seq=int(history.window(None).frame_seq[-1]) + 1, start_t=10.0 + step)
+        panel.update_view()
+        for _ in range(5):
+            QtWidgets.QApplication.processEvents()
+        bar = panel.colorbar.sceneBoundingRect()
+        assert bar.right() <= panel.graphics.viewport().width() + 1, (width, bar)
+        assert panel.legend.sceneBoundingRect().right() <= panel.reward_plot.sceneBoundingRect().right() + 1
 
 
 def test_the_raster_display_keeps_more_rows_than_the_history_and_never_a_hole() -> None:
