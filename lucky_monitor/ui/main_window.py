@@ -305,7 +305,7 @@ class MainWindow(QtWidgets.QMainWindow):
         dock = QtWidgets.QDockWidget(title, self)
         dock.setObjectName(title.replace(" ", "_"))
         dock.setWidget(widget)
-        # Closable: the View menu's entries (each dock's toggle action) are greyed out for a dock that is not
+        # Closable, so that the View menu's dock entries work (Qt greys out the toggle action of a dock that is not)
         dock.setFeatures(
             QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetMovable
             | QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetFloatable
