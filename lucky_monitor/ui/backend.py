@@ -343,6 +343,7 @@ _FIELDS: dict[str, tuple[str, Any]] = {
     "tornImages": ("rates", _DASH),
     "tornHot": ("rates", _DASH),
     "framesSkipped": ("rates", _DASH),
+    "liveEvery": ("rates", ""),  # "every 2 s" when the live values refresh slower than twice a second
     # tools channel
     "toolsAvailable": ("tools", False),
     "toolsReason": ("tools", "no segment attached"),
@@ -436,6 +437,7 @@ class MonitorBackend(QObject):
     heartbeatAge = _prop("heartbeatAge", factsChanged)
     # rates
     framesPerSec = _prop("framesPerSec", ratesChanged)
+    liveEvery = _prop("liveEvery", ratesChanged)
     imagesPerSec = _prop("imagesPerSec", ratesChanged)
     engineSharePct = _prop("engineSharePct", ratesChanged)
     trainerSharePct = _prop("trainerSharePct", ratesChanged)
@@ -716,6 +718,9 @@ class MonitorBackend(QObject):
         )
 
     def _apply_live(self, tick: Tick) -> None:
+        # Said on the sections' title lines: the grid's counters and the status bar move between these refreshes.
+        period = self.LIVE_PERIOD_S
+        self._set(liveEvery="" if period <= 0.5 else f"every {period:g} s")
         live = tick.live
         if live is None:
             self._set(framesPerSec=_rate(tick.rates.frames_per_s), imagesPerSec=_rate(tick.rates.images_per_s))

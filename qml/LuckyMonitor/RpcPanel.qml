@@ -224,6 +224,7 @@ DarkPane {
             // ---------------------------------------------------------- facts
             Section {
                 title: "Segment"
+                aside: root.backend.liveEvery
                 Fact { key: "name"; value: root.backend.segmentName || "—" }
                 Fact { key: "session"; value: root.backend.sessionId }
                 Fact { key: "size"; value: root.backend.segmentSize }
@@ -236,6 +237,7 @@ DarkPane {
 
             Section {
                 title: "Lock-step"
+                aside: root.backend.liveEvery
                 Fact { key: "header mode"; value: root.backend.mode }
                 Fact {
                     key: "envs"
@@ -263,6 +265,7 @@ DarkPane {
 
             Section {
                 title: "Rates"
+                aside: root.backend.liveEvery
                 Fact { key: "frames/s"; value: root.rate(root.backend.framesPerSec) }
                 Fact { key: "images/s"; value: root.rate(root.backend.imagesPerSec) }
                 Fact {
@@ -279,6 +282,7 @@ DarkPane {
 
             Section {
                 title: "Images"
+                aside: root.backend.liveEvery
                 Fact { key: "format"; value: root.backend.imageText }
                 Fact { key: "image_seq"; value: root.count(root.backend.imageSeq) }
             }

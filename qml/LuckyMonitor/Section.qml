@@ -6,6 +6,8 @@ import QtQuick.Layouts
 ColumnLayout {
     id: root
     property string title
+    // A short dim note at the end of the title's rule (e.g. how often the values refresh); none when empty.
+    property string aside: ""
     default property alias content: body.data
 
     Layout.fillWidth: true
@@ -27,6 +29,13 @@ ColumnLayout {
             Layout.preferredHeight: 1
             Layout.alignment: Qt.AlignVCenter
             color: Theme.line
+        }
+        Label {
+            objectName: "aside_" + root.title
+            visible: root.aside !== ""
+            text: root.aside
+            color: Theme.dim
+            font.pixelSize: Theme.small
         }
     }
     ColumnLayout {

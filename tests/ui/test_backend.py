@@ -1160,3 +1160,18 @@ def test_request_timeout_is_reported(rig) -> None:
     assert b.value("simModeResult") == "error: no reply within 0.2 s"
     assert b.value("simModeResultKind") == ResultKind.ERROR
     assert eng.sim_mode == 0
+
+
+def test_the_panels_live_sections_say_how_often_they_refresh_when_it_is_slow(views) -> None:
+    """Seen: the panel's image_seq 2 s behind the grid's, nothing saying the panel refreshes every 2 s."""
+    b = MonitorBackend()
+    panel = views(b, "RpcPanel")
+    b.apply(attached_tick(t=1.0))
+    assert b.value("liveEvery") == ""  # the full rate (10 Hz): nothing to say
+    assert qml_child(panel, "aside_Rates").property("visible") is False
+    b.LIVE_PERIOD_S = 2.0  # what the window sets at the budget's panel 0.5 Hz
+    b.apply(attached_tick(t=3.0))
+    assert b.value("liveEvery") == "every 2 s"
+    for section in ("Segment", "Lock-step", "Rates", "Images"):
+        aside = qml_child(panel, f"aside_{section}")
+        assert aside.property("visible") is True and aside.property("text") == "every 2 s", section
