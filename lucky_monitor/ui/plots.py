@@ -1105,15 +1105,8 @@ class PlotsPanel(QtWidgets.QWidget):
         Not the reward plot's own width: a legend row wider than that holds the layout's column at its width,
         so the plot never narrows again for a refit to see (the colour bar went out of view instead).
         """
-        ci = self.graphics.ci
-        margins = ci.layout.contentsMargins() if hasattr(ci.layout, "contentsMargins") else None
-        spare = 0.0 if margins is None else margins[0] + margins[2]
-        return (
-            float(self.graphics.viewport().width())
-            - self.colorbar.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize).width()
-            - ci.layout.horizontalSpacing()
-            - spare
-        )
+        bar = self.colorbar.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize).width()
+        return float(self.graphics.viewport().width()) - bar - self.graphics.ci.layout.horizontalSpacing()
 
     def resizeEvent(self, event: QtGui.QResizeEvent) -> None:
         super().resizeEvent(event)
