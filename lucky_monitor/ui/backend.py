@@ -69,6 +69,7 @@ class ResultKind(StrEnum):
     OK = "ok"
     ERROR = "error"  # refused, failed, timed out, or the engine answered success = false
     PENDING = "pending"  # sent, waiting for the reply
+    STALE = "stale"  # the last result, from before a change it no longer describes (dimmed)
 
 
 #: Colour of the state line for each link state.
@@ -477,6 +478,8 @@ class MonitorBackend(QObject):
         self._selected: str | None = None
         self._segment_rows: tuple[SegmentEntry, ...] | None = None
         self._attached_name: str | None = None  # the segment attached as of the last tick
+        # Whether Debug was enabled when the draw result shown came (None: nothing to mark stale).
+        self._draw_debug_on: bool | None = None
 
     # ------------------------------------------------------------ constants
     @Property(QObject, constant=True)
@@ -516,7 +519,9 @@ class MonitorBackend(QObject):
             self._shown_commands = tick.commands
             self._apply_commands(tick)
         for r in tick.results:
-            self._apply_result(r)
+            self._apply_result(r, tick)
+        if self._draw_debug_on is not None and tick.live is not None:
+            self._mark_stale_draw_result(bool(tick.live.services_enabled >> Service.DEBUG & 1))
         if tick.t >= self._next_live or tick.header is None:
             self._next_live = tick.t + self.LIVE_PERIOD_S
             self._apply_live(tick)
@@ -676,6 +681,7 @@ class MonitorBackend(QObject):
 
     def _on_attach(self, h: Header | None) -> None:
         """A new attach (or a detach): facts from the header, every per-attach value afresh."""
+        self._draw_debug_on = None
         self._set(**{k: d for k, (g, d) in _FIELDS.items() if g in ("facts", "rates")})
         self._set(
             simModePending=False,
@@ -763,7 +769,7 @@ class MonitorBackend(QObject):
         if not cmd.sim_pending:
             self._set(simModePending=False)
 
-    def _apply_result(self, r: CommandResult) -> None:
+    def _apply_result(self, r: CommandResult, tick: Tick) -> None:
         kind = r.status
         if r.kind == "service":
             if 0 <= r.target < len(Service):
@@ -775,3 +781,22 @@ class MonitorBackend(QObject):
             # (a refusal once showed the RTT of the success before it).
             rtt = -1.0 if r.rtt_s is None else round(r.rtt_s * 1e3, 2)
             self._set(lastDrawResult=r.text, lastDrawResultKind=kind, lastRttMs=rtt)
+            live = tick.live
+            self._draw_debug_on = None if live is None else bool(live.services_enabled >> Service.DEBUG & 1)
+
+    def _mark_stale_draw_result(self, debug_on: bool) -> None:
+        """Say so when the Debug service was switched since the last draw result came.
+
+        "error: service Debug is disabled" read as current after Debug was
+        turned back on, until the next send. The result stays (it is the last
+        one), dimmed, with what changed after it.
+        """
+        if debug_on == self._draw_debug_on:
+            return
+        self._draw_debug_on = None  # said once; the next result starts afresh
+        text = self.value("lastDrawResult")
+        if text:
+            self._set(
+                lastDrawResult=f"{text} · before Debug was turned {'on' if debug_on else 'off'}",
+                lastDrawResultKind=ResultKind.STALE,
+            )

@@ -617,6 +617,36 @@ def test_results_land_in_the_right_place(qapp) -> None:
     assert [r["lastResult"] for r in b.services.rows] == [r["lastResult"] for r in rows]
 
 
+def test_a_draw_result_from_before_debug_was_switched_says_so(qapp) -> None:
+    """A refusal for a disabled Debug read as current after Debug came back on, until the next send."""
+    b = MonitorBackend(StandInSession())
+    off = live_fields(services_enabled=Service.all_mask() & ~Service.DEBUG.bit)
+    on = live_fields(services_enabled=Service.all_mask())
+    b.apply(attached_tick(t=1.0, live=off))
+    refused = CommandResult("line", 0, "error", "error: service Debug is disabled", 0.001, 3)
+    b.apply(attached_tick(t=1.02, live=off, results=(refused,)))
+    assert (b.value("lastDrawResult"), b.value("lastDrawResultKind")) == (refused.text, ResultKind.ERROR)
+    b.apply(attached_tick(t=1.04, live=off))  # nothing changed: the result stands as it came
+    assert b.value("lastDrawResultKind") == ResultKind.ERROR
+
+    b.apply(attached_tick(t=1.06, live=on))  # Debug turned back on: the refusal is from before
+    assert b.value("lastDrawResult") == "error: service Debug is disabled · before Debug was turned on"
+    assert b.value("lastDrawResultKind") == ResultKind.STALE
+    b.apply(attached_tick(t=1.08, live=off))  # said once, not stacked
+    assert b.value("lastDrawResult").count("before") == 1
+
+    ok = CommandResult("line", 0, "ok", "success 2.0 ms", 0.002, 4)  # the next result starts afresh
+    b.apply(attached_tick(t=1.1, live=on, results=(ok,)))
+    assert (b.value("lastDrawResult"), b.value("lastDrawResultKind")) == ("success 2.0 ms", ResultKind.OK)
+    b.apply(attached_tick(t=1.12, live=off))
+    assert b.value("lastDrawResult") == "success 2.0 ms · before Debug was turned off"
+
+    b.apply(attached_tick(t=1.14, generation=2, live=on))  # a new attach forgets it
+    assert (b.value("lastDrawResult"), b.value("lastDrawResultKind")) == ("", "")
+    b.apply(attached_tick(t=1.16, generation=2, live=off))
+    assert b.value("lastDrawResult") == ""
+
+
 def test_slots_call_the_session_and_mark_pending(qapp) -> None:
     s = StandInSession()
     b = MonitorBackend(s)
