@@ -190,7 +190,25 @@ DarkPane {
                             elide: Text.ElideRight
                         }
                         Label {
+                            id: serviceResult
                             objectName: "serviceResult_" + row.model.name
+                            // A success goes after a few seconds, as the mode's does (it read as the state of
+                            // the service long after); a failure or a pending request stays until the next one.
+                            property bool faded: false
+                            opacity: faded ? 0 : 1  // keeps its room: the switch beside it never moves
+                            onTextChanged: {
+                                faded = false
+                                if (!row.model.pending && row.model.resultKind === "ok")
+                                    serviceFade.restart()
+                                else
+                                    serviceFade.stop()
+                            }
+                            Timer {
+                                id: serviceFade
+                                objectName: "serviceFade_" + row.model.name
+                                interval: 5000
+                                onTriggered: serviceResult.faded = true
+                            }
                             Layout.fillWidth: true
                             text: row.model.pending ? "waiting…" : row.model.lastResult
                             textFormat: Text.PlainText  // never markup: engine text shows as the characters it is

@@ -946,6 +946,15 @@ def test_camera_toggle_goes_through_the_engine(rig, views) -> None:
     assert colour_of(qml_child(panel, "serviceResult_Camera")) == GOOD
     switch = qml_child(panel, "serviceSwitch_Camera")
     assert switch.property("checked") is False and switch.property("enabled") is True
+    # A success goes after a while, as the mode's does, keeping its room (the switch does not move).
+    result, fade = qml_child(panel, "serviceResult_Camera"), qml_child(panel, "serviceFade_Camera")
+    assert fade.property("interval") == 5000 and fade.property("running") is True
+    assert result.property("opacity") == 1.0
+    switch_x = switch.property("x")
+    fade.setProperty("interval", 200)
+    fade.restart()
+    rig.pump(lambda: result.property("opacity") == 0.0, "the success faded", timeout=5.0)
+    assert result.property("visible") is True and switch.property("x") == switch_x
 
     b.setServiceEnabled(CAMERA, True)
     rig.pump(lambda: b.services.row(CAMERA)["enabled"], "camera shown enabled again")
