@@ -428,14 +428,23 @@ class CpuBudget:
 
     def text(self) -> str:
         """The status line: ``CPU 8 % of 10 % · images 30 Hz · plots 5 Hz · panel 10 Hz``."""
+        return self.texts()[0]
+
+    def texts(self) -> tuple[str, ...]:
+        """:meth:`text`, then the same in fewer words for a narrow status bar, longest first.
+
+        ``CPU 8 % of 10 % · images 30 Hz`` (the rate a user checks first), then
+        ``CPU 8 % of 10 %``; over budget each ends ``· over budget``.
+        """
         usage = "—" if self.usage_pct is None else f"{self.usage_pct:.0f}"
         if self.over_budget and self.usage_pct is not None and round(self.usage_pct) <= self.effective_pct:
             usage = f"{self.usage_pct:.1f}"  # "5 % of 5 % · over budget" read as a contradiction
-        head = f"CPU {usage} % of {self.effective_pct:g} %" if self.limited else f"CPU {usage} % (no budget)"
-        if self.limited and self.machine_busy:
-            head += " (machine busy)"
+        cpu = f"CPU {usage} % of {self.effective_pct:g} %" if self.limited else f"CPU {usage} % (no budget)"
+        head = cpu + (" (machine busy)" if self.limited and self.machine_busy else "")
         tail = " · over budget at the lowest rates" if self.over_budget else ""
-        return f"{head} · {self.rates.text()}{tail}"
+        rates = self.rates.text()
+        short_tail = " · over budget" if self.over_budget else ""
+        return (f"{head} · {rates}{tail}", f"{cpu} · {rates.split(' · ')[0]}{short_tail}", f"{cpu}{short_tail}")
 
 
 def _percentile(xs: list[float], q: float) -> float | None:

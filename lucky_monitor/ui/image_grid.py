@@ -1141,7 +1141,9 @@ class ImageGridWidget(QtWidgets.QWidget):
         text = f"image_seq {counts[0]}  image_frame_seq {counts[1]}  torn copies skipped {counts[2]}"
         if t is not None:
             text = f"{t.num_envs} envs {t.width}x{t.height}  {text}"
-        self._status(text)
+        # Shorter forms for a narrow dock, or beside the hover readout: the counts stay whole.
+        medium = f"image_seq {counts[0]}  image_frame_seq {counts[1]}  torn {counts[2]}"
+        self.status_label.setText(text, medium, f"image_seq {counts[0]}  torn {counts[2]}")
 
     def _status(self, text: str) -> None:
         self.status_label.setText(text)  # its tooltip follows: the whole line, when it is cut

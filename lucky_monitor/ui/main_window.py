@@ -604,7 +604,11 @@ class MainWindow(QtWidgets.QMainWindow):
             ips = "—" if tick.rates.images_per_s is None else f"{tick.rates.images_per_s:.1f}"
             # The engine's rates (the budget line's "images N Hz" is what this window redraws); the poll's
             # own cost in the tooltip: at 1280 px the line has room for the rates only.
-            self.rate_label.setText(f"engine {fps} frames/s · {ips} images/s")
+            self.rate_label.setText(
+                f"engine {fps} frames/s · {ips} images/s",
+                f"{fps} frames/s · {ips} images/s",
+                f"{fps} fps · {ips} img/s",
+            )
             self.rate_label.setToolTip(
                 f"what the engine publishes: {fps} frames/s, {ips} images/s; "
                 f"this window's last poll took {self._tick_cost * 1e3:.1f} ms"
@@ -613,9 +617,10 @@ class MainWindow(QtWidgets.QMainWindow):
             self.rate_label.setText("")
             self.rate_label.setToolTip("")
         # Paused, the budget's rates are not what is shown: the status bar says the display is frozen instead.
-        budget = "display paused (Space resumes)" if self._paused else self.budget.text()
+        budgets = ("display paused (Space resumes)",) if self._paused else self.budget.texts()
+        budget = budgets[0]
         if budget != self.budget_label.text():
-            self.budget_label.setText(budget)
+            self.budget_label.setText(*budgets)
             self.budget_label.setToolTip(f"{budget}\n\n{BUDGET_TIP}")
         _set_style(self.budget_label, "color: #e0a030;" if self.budget.over_budget or self._paused else "")
         title = f"lucky-monitor — {tick.name or 'no segment'} — {tick.state.value}"

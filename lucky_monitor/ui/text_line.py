@@ -8,8 +8,9 @@ geometry animation object made and deleted per dock each time). A
 :class:`TextLine` repaints itself for a new text and asks for room only when a
 text is wider than its size hint, or much narrower (below :data:`SHRINK_BELOW`
 of it: the room goes back to its neighbours); a line narrower than its text
-elides it at the right (the whole text is then in the tooltip, if the line
-was made with ``tooltip_is_text``).
+shows the first of its shorter forms that fits (if it was given any, see
+:meth:`TextLine.setText`), or else elides the shortest at the right (the whole
+text is then in the tooltip, if the line was made with ``tooltip_is_text``).
 """
 
 from __future__ import annotations
@@ -40,21 +41,41 @@ class TextLine(QtWidgets.QWidget):
     def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None, *, tooltip_is_text: bool = False):
         super().__init__(parent)
         self._text = ""
+        self._shorter: tuple[str, ...] = ()
         self._width = 0  # the size hint's width: the widest text since the hint last shrank
         self._tooltip_is_text = tooltip_is_text
         self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Fixed)
         self.setText(text)
 
     def text(self) -> str:
-        """The whole text (not the elided one on screen)."""
+        """The whole text (not the shorter or elided one on screen)."""
         return self._text
 
-    def setText(self, text: str) -> None:
-        """Show ``text``: a repaint of this line; a new layout only for a text wider than any before."""
+    def shown_text(self) -> str:
+        """The text as drawn at the line's present width: whole, a shorter form, or elided."""
+        width = self.contentsRect().width()
+        metrics = QtGui.QFontMetricsF(self.font())
+        for candidate in (self._text, *self._shorter):
+            if metrics.horizontalAdvance(candidate) <= width:
+                return candidate
+        last = self._shorter[-1] if self._shorter else self._text
+        return metrics.elidedText(last, QtCore.Qt.TextElideMode.ElideRight, width)
+
+    def setText(self, text: str, *shorter: str) -> None:
+        """Show ``text``: a repaint of this line; a new layout only for a text wider than any before.
+
+        ``shorter``: the same content in fewer words, longest first. Where the
+        line is narrower than ``text`` it shows the first of them that fits
+        whole (a readout beside the grid's counters had cut them to "64 envs
+        64x64  image_seq 2534  i…"); where none does, the last, elided. The
+        size hint and the tooltip are ``text``'s.
+        """
         text = str(text)
-        if text == self._text:
+        short = tuple(str(v) for v in shorter)
+        if text == self._text and short == self._shorter:
             return
         self._text = text
+        self._shorter = short
         if self._tooltip_is_text:
             self.setToolTip(text)
         width = self._advance(text)
@@ -99,7 +120,7 @@ class TextLine(QtWidgets.QWidget):
             return
         painter = QtGui.QPainter(self)
         rect = self.contentsRect()
-        text = self.fontMetrics().elidedText(self._text, QtCore.Qt.TextElideMode.ElideRight, rect.width())
+        text = self.shown_text()
         painter.setPen(self.palette().color(QtGui.QPalette.ColorRole.WindowText))
         align = QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignVCenter
         painter.drawText(rect, int(align), text)

@@ -226,6 +226,17 @@ def test_over_budget_at_the_floor_says_so():
     assert b.at_floor and b.over_budget
     assert b.text().startswith("CPU 25 % of 10 % · images 1 Hz · plots 0.25 Hz · panel 0.25 Hz")
     assert "over budget" in b.text()
+    # The shorter forms a narrow status bar shows keep the usage and the verdict.
+    assert b.texts() == (b.text(), "CPU 25 % of 10 % · images 1 Hz · over budget", "CPU 25 % of 10 % · over budget")
+
+
+def test_the_status_lines_shorter_forms_keep_the_usage_and_the_image_rate():
+    b = CpuBudget(10)
+    run(b, lambda level, t: 4.0, 20)
+    full, medium, short = b.texts()
+    assert full == b.text() == "CPU 4 % of 10 % · images 60 Hz · plots 10 Hz · panel 10 Hz"
+    assert (medium, short) == ("CPU 4 % of 10 % · images 60 Hz", "CPU 4 % of 10 %")
+    assert CpuBudget(0).texts()[2] == "CPU — % (no budget)"
 
 
 def test_usage_is_measured_over_a_sliding_window():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -583,6 +584,25 @@ def test_readout_says_shown_and_stored_values(grid_widget, solid_images, qtbot):
     with qtbot.waitSignal(grid_widget.hover_changed, timeout=2000) as blocker:
         qtbot.mouseMove(grid_widget.graphics.viewport(), on_viewport(at[0] + 0.5, at[1] + 0.5))
     assert blocker.args == ["env 4  x 3 y 7  shown rgb(200, 20, 10)  stored bgr(10, 20, 200)"]
+
+
+def test_a_narrow_counters_line_shows_its_counts_whole_in_fewer_words(grid_widget, solid_images):
+    """Beside the hover readout at 1280x800 the counters read "64 envs 64x64  image_seq 2534  i…"."""
+    grid_widget.set_frame(solid_images(64, 64, 64))
+    grid_widget.set_meta(2534, 1267, 3)
+    line = grid_widget.status_label
+    full = "64 envs 64x64  image_seq 2534  image_frame_seq 1267  torn copies skipped 3"
+    assert line.text() == line.toolTip() == full
+    metrics = QtGui.QFontMetricsF(line.font())
+    height = line.sizeHint().height()
+    for text in (full, "image_seq 2534  image_frame_seq 1267  torn 3", "image_seq 2534  torn 3"):
+        line.resize(math.ceil(metrics.horizontalAdvance(text)) + 1, height)
+        assert line.shown_text() == text
+    line.resize(math.floor(metrics.horizontalAdvance("image_seq 2534  torn 3")) - 2, height)
+    assert line.shown_text().startswith("image_seq 2534") and line.shown_text().endswith("…")  # the shortest, elided
+    grid_widget.clear_image("engine exports no images")  # other texts have no shorter form
+    line.resize(60, height)
+    assert line.shown_text().startswith("engine") and line.shown_text().endswith("…")
 
 
 def test_long_status_and_readout_text_do_not_widen_the_grid(grid_widget, solid_images):

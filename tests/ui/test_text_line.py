@@ -157,3 +157,24 @@ def test_a_much_narrower_text_gives_the_room_back_a_slightly_narrower_one_does_n
     line.setText("engine 49.7 frames/s")
     assert line.sizeHint().width() < 0.8 * wide
     assert line.sizeHint().width() == line.text_width()
+
+
+def test_a_line_too_narrow_for_its_text_shows_the_first_shorter_form_that_fits(qtbot) -> None:
+    line = TextLine(tooltip_is_text=True)
+    qtbot.addWidget(line)
+    forms = ("engine 49.7 frames/s and 49.7 images/s", "49.7 frames/s 49.7 images/s", "49.7 f/s")
+    line.setText(*forms)
+    assert line.text() == line.toolTip() == forms[0]
+    metrics = QtGui.QFontMetricsF(line.font())
+    hint = line.sizeHint()
+    assert hint.width() >= metrics.horizontalAdvance(forms[0])  # room is asked for the whole text
+    for form in forms:
+        line.resize(int(metrics.horizontalAdvance(form)) + 1, hint.height())
+        assert line.shown_text() == form
+    line.resize(int(metrics.horizontalAdvance(forms[1])) - 2, hint.height())  # between two forms: the shorter
+    assert line.shown_text() == forms[2]
+    line.resize(int(metrics.horizontalAdvance(forms[2])) - 2, hint.height())
+    assert line.shown_text().startswith("49") and line.shown_text().endswith("…")  # none fits: the shortest, elided
+    line.setText(forms[0])  # the same text without shorter forms elides it
+    line.resize(int(metrics.horizontalAdvance(forms[1])), hint.height())
+    assert line.shown_text().startswith("engine") and line.shown_text().endswith("…")

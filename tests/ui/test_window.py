@@ -727,7 +727,8 @@ def test_at_1280_px_the_state_keeps_its_text_and_the_counters_give_way(qtbot, en
     long = (
         "CPU 15 % of 5 % (machine busy) · images 95 % · plots 0.5 Hz · panel 0.5 Hz · over budget at the lowest rates"
     )
-    monkeypatch.setattr(win.budget, "text", lambda: long)
+    forms = (long, "CPU 15 % of 5 % · images 95 % · over budget", "CPU 15 % of 5 % · over budget")
+    monkeypatch.setattr(win.budget, "texts", lambda: forms)
     win.timer.stop()  # this test's tick stays on the bar
     tick = dataclasses.replace(win.last_tick, reason="the engine's heartbeat is 12 s old (stall after 2 s)")
     win._update_status(tick)
@@ -737,7 +738,9 @@ def test_at_1280_px_the_state_keeps_its_text_and_the_counters_give_way(qtbot, en
     room = min(state.text_width(), round(0.4 * win.statusBar().width()))  # its text, or at least 40 % of the bar
     assert state.width() >= room, (state.width(), state.text_width(), state.text())
     assert win.budget_label.x() + win.budget_label.width() <= win.statusBar().width()
-    assert win.budget_label.toolTip().startswith(long)  # elided on screen, whole here
+    assert win.budget_label.toolTip().startswith(long)  # a shorter form on screen, whole here
+    assert win.budget_label.shown_text() in forms[1:], win.budget_label.shown_text()  # the verdict whole
+    assert win.rate_label.shown_text().endswith(("images/s", "img/s")), win.rate_label.shown_text()  # fewer words
     assert win.rate_label.toolTip().startswith("what the engine publishes: ") and "last poll took" in (
         win.rate_label.toolTip()
     )
