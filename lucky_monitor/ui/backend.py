@@ -234,17 +234,18 @@ class SegmentListModel(_RowModel):
         }
 
     @staticmethod
-    def missing_row(name: str, attached: bool = False) -> dict[str, Any]:
-        """A chosen segment the list does not hold: one that does not exist (the monitor keeps looking for
-        it), or, ``attached``, one attached by a name outside the listed prefix."""
+    def missing_row(name: str, attached: bool = False, state: str = "not found") -> dict[str, Any]:
+        """A chosen segment the list does not hold: one not attached (``state`` says why: ``not found`` while
+        the monitor looks for it, or the state its last attach ended in, ``engine exited``, ``incompatible``,
+        for a name outside the listed prefix), or, ``attached``, one attached by a name outside that prefix."""
         return {
             "name": name,
-            "label": f"{name} · attached (a name outside the list's prefix)" if attached else f"{name} · not found",
+            "label": f"{name} · attached (a name outside the list's prefix)" if attached else f"{name} · {state}",
             "serverPid": 0.0,
             "alive": attached,
             "numEnvs": 0,
             "age": "",
-            "error": "" if attached else "not found",
+            "error": "" if attached else state,
             "isAuto": False,
         }
 
@@ -478,6 +479,7 @@ class MonitorBackend(QObject):
         self._selected: str | None = None
         self._segment_rows: tuple[SegmentEntry, ...] | None = None
         self._attached_name: str | None = None  # the segment attached as of the last tick
+        self._detached_state: LinkState | None = None  # the state while no segment is attached
         # Whether Debug was enabled when the draw result shown came (None: nothing to mark stale).
         self._draw_debug_on: bool | None = None
 
@@ -526,15 +528,18 @@ class MonitorBackend(QObject):
             self._next_live = tick.t + self.LIVE_PERIOD_S
             self._apply_live(tick)
         attached = tick.name if tick.header is not None else None
+        detached_state = tick.state if tick.header is None else None
         if (
             tick.segments_changed
             or self._segment_rows is None
             or tick.selected != self._selected
             or attached != self._attached_name
+            or detached_state != self._detached_state
         ):
             self._selected = tick.selected
             self._segment_rows = tick.segments
             self._attached_name = attached
+            self._detached_state = detached_state
             self._apply_segments(tick.segments, tick.selected)
 
     def _apply_state(self, tick: Tick) -> None:
@@ -672,7 +677,9 @@ class MonitorBackend(QObject):
         rows = [SegmentListModel.auto_row(newest), *(SegmentListModel.info_row(e) for e in entries)]
         name = selected or ""
         if name and all(r["name"] != name for r in rows):
-            rows.append(SegmentListModel.missing_row(name, attached=name == self._attached_name))
+            # "not found" beside a file that exists read as a contradiction (a shrunk segment of a stopped engine)
+            state = "not found" if self._detached_state in (None, LinkState.SEARCHING) else self._detached_state.value
+            rows.append(SegmentListModel.missing_row(name, attached=name == self._attached_name, state=state))
         reset = self._segments.set_rows(rows, key="name")
         self._set(selectedSegment=name, segmentIndex=max(self._segments.index_of(name), 0))
         if reset:

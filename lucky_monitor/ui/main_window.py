@@ -190,6 +190,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.history = History(1)
         self.last_tick: Tick | None = None
         self._generation = -1
+        self._detached_text: str | None = None  # the state text the grid shows while no segment is attached
         self._ticks = 0
         self._paused = False
         self._last_title = ""
@@ -464,11 +465,20 @@ class MainWindow(QtWidgets.QMainWindow):
         self._alarm_version, self._next_alarms = -1, 0.0  # a new attach counts its alarms afresh
         self._shown_geometry = None  # the new attach's first image is shown at once
         self._shown_meta = None  # nor do the last attach's counters come back over the grid's message
-        self.history = tick.history or History(1)
-        self.plots.set_history(self.history)
-        self.traffic.clear()
-        self.grid.set_selection(())
         h = tick.header
+        if h is None and self.history.frames_seen:
+            # The segment went (the engine exited, a fault): its curves and traffic stay until the next
+            # attach, the curves leading up to an engine's death being what a researcher wants to read.
+            last = self.history.last_frame_seq
+            self.plots.set_held(f"{tick.text}: the plots hold the last attach's history, up to frame_seq {last}")
+            self.traffic.set_held(True)
+        else:
+            self.history = tick.history or History(1)
+            self.plots.set_history(self.history)
+            self.plots.set_held(None)
+            self.traffic.clear()
+            self.grid.set_selection(())  # (held, the selected envs' curves stay with the history)
+        self._detached_text = tick.text if h is None else None
         if h is None:
             self.grid.clear_image(tick.text)
         elif not h.has_images:
@@ -489,6 +499,11 @@ class MainWindow(QtWidgets.QMainWindow):
         self.last_tick = tick
         if tick.generation != self._generation:
             self._on_attach(tick)
+        elif tick.header is None and tick.text != self._detached_text:
+            # Detached, the grid says the state as it is now: "engine exited" stayed under the image
+            # area after the state had become "incompatible" (a shrunk segment of a stopped engine).
+            self._detached_text = tick.text
+            self.grid.clear_image(tick.text)
         rates = self.budget.rates
         if rates is not self._panel_rates:  # the panels' live-value period follows the budget's rung
             self._panel_rates = rates
@@ -498,7 +513,8 @@ class MainWindow(QtWidgets.QMainWindow):
         offer()
         now = tick.t
         # Recording goes on while paused: the table shows what came meanwhile once the view resumes.
-        self.traffic.add(tick.traffic, tick.traffic_stats, tick.t)
+        if tick.header is not None:  # detached, the table holds the last attach's entries and counts
+            self.traffic.add(tick.traffic, tick.traffic_stats, tick.t)
         if not self._paused:
             image = tick.image
             # The session hands over the same ImageFrame while nothing changed: then only a held image is news.

@@ -614,6 +614,8 @@ class PlotsPanel(QtWidgets.QWidget):
         #: (the window sets its own, which opens in the last folder used); ``None``: Qt's, in the working directory.
         self.ask_path: Callable[[str, str, str], str | None] | None = None
         self._selected_curves: dict[int, pg.PlotDataItem] = {}
+        self._held_text: str | None = None
+        self._samples_note: tuple[str, str] | None = None  # the skipped-frames note: (line, tooltip)
         self._build_plots()
         self._build_controls()
         layout = QtWidgets.QVBoxLayout(self)
@@ -1166,15 +1168,43 @@ class PlotsPanel(QtWidgets.QWidget):
         missed only where polls came later than a frame period.
         """
         n = 0 if view is None else int(view.skipped.sum())
+        self._samples_note = None
         if view is not None and n:
             seq, t = view.frame_seq, view.t
             span = float(t[-1] - t[0]) if t.shape[0] > 1 else 0.0
             rate = float(seq[-1] - seq[0]) / span if span > 0 else math.inf
             short, whole = ENGINE_FASTER if rate > _POLL_HZ else POLLS_LATE
             plural = "" if n == 1 else "s"
-            self.samples_label.setText(_SAMPLES_TEXT.format(n=n, s=plural, cause=short))
-            self.samples_label.setToolTip(_SAMPLES_TIP.format(n=n, s=plural, cause=whole))
-        self.samples_label.setVisible(n > 0)
+            self._samples_note = (
+                _SAMPLES_TEXT.format(n=n, s=plural, cause=short),
+                _SAMPLES_TIP.format(n=n, s=plural, cause=whole),
+            )
+        self._show_note()
+
+    def set_held(self, text: str | None) -> None:
+        """Say the plots hold a history that no longer grows (the segment was detached); ``None``: they follow one.
+
+        ``text`` takes the note's line, the skipped-frames note moves to its
+        tooltip. Seen: an engine that died took its curves with it, the very
+        curves a researcher wanted to read.
+        """
+        self._held_text = text
+        self._show_note()
+
+    @property
+    def held_text(self) -> str | None:
+        """What :meth:`set_held` said, or ``None`` while the plots follow a live history."""
+        return self._held_text
+
+    def _show_note(self) -> None:
+        held, note = self._held_text, self._samples_note
+        if held is not None:
+            self.samples_label.setText(held)
+            self.samples_label.setToolTip(held + (f"\n\n{note[1]}" if note is not None else ""))
+        elif note is not None:
+            self.samples_label.setText(note[0])
+            self.samples_label.setToolTip(note[1])
+        self.samples_label.setVisible(held is not None or note is not None)
 
     # ---------------------------------------------------------------- export
     def export_csv(self, path: str | os.PathLike[str]) -> int:

@@ -251,6 +251,7 @@ class TrafficView(QtWidgets.QWidget):
         self._new: list[TrafficEntry] = []  # entries added since the table last took them
         self._rebuild = True
         self._filter = ""
+        self._held = False  # the last attach's traffic, kept after its segment went
         self.model = TrafficModel(self)
         self.table = QtWidgets.QTableView()
         self.table.setModel(self.model)
@@ -304,8 +305,16 @@ class TrafficView(QtWidgets.QWidget):
         lay.addWidget(self.stats_label)
         lay.addWidget(self.problem_label)
 
+    def set_held(self, held: bool) -> None:
+        """Say the table holds the last attach's traffic (the segment was detached), or follows the attach's."""
+        if held != self._held:
+            self._held = held
+            self._shown = None
+            self.refresh()
+
     def clear(self) -> None:
         """Forget every entry and count (a new attach starts afresh)."""
+        self._held = False
         self.entries.clear()
         self.stats = TrafficStats()
         self.total = 0
@@ -375,6 +384,8 @@ class TrafficView(QtWidgets.QWidget):
             pairs.setdefault(pair, []).append(text)
         parts = [f"{pair} {' '.join(texts)}".strip() for pair, texts in pairs.items()]
         footer = " · ".join([f"shown {self.model.rowCount()}/{len(self.entries)}", *parts])
+        if self._held:
+            footer = f"last attach: {footer}"  # the segment is gone: nothing more comes
         self.stats_label.setText(footer)
         if st.last_problem:
             self.problem_label.setText(f"last problem: {st.last_problem}")

@@ -785,6 +785,11 @@ def test_segment_rows_from_entries(qapp) -> None:
         "not found",
     )
     assert (b.value("segmentIndex"), b.value("selectedSegment")) == (6, "LuckyTestUI_gone")
+    # One that exists but cannot be attached (a name outside the prefix: not listed) says the state, not "not found".
+    for state in (LinkState.INCOMPATIBLE, LinkState.ENGINE_EXITED, LinkState.SEARCHING):
+        b.apply(tick(t=2.5, state=state, selected="LuckyTestUI_gone", name="LuckyTestUI_gone", segments=older))
+        word = "not found" if state is LinkState.SEARCHING else state.value
+        assert model.row(model.rowCount() - 1)["label"] == f"LuckyTestUI_gone · {word}"
     b.apply(tick(t=3.0, selected="LuckyTestUI_a", name="LuckyTestUI_a", segments=older))
     assert model.rowCount() == 6 and b.value("segmentIndex") == 2
 

@@ -255,6 +255,26 @@ def test_samples_label_counts_the_frames_skipped_in_the_window_shown(panel: Plot
     assert panel.samples_label.isHidden()
 
 
+def test_a_held_history_says_so_on_the_notes_line_with_the_skips_in_its_tooltip(panel: PlotsPanel) -> None:
+    history = panel.history
+    seq = feed(history, 30)
+    seq = feed(history, 10, start_seq=seq, start_t=1.0, gap=3)
+    panel.update_view()
+    held = "engine exited: the plots hold the last attach's history, up to frame_seq 57"
+    panel.set_held(held)
+    assert panel.held_text == held and panel.samples_label.text() == held and not panel.samples_label.isHidden()
+    assert "27 frames skipped in the window shown" in panel.samples_label.toolTip()
+    panel.set_held(None)  # following a live history again: the skipped-frames note comes back
+    assert panel.samples_label.text().startswith("values are samples: 27 frames skipped")
+    panel.set_window_seconds(10.0)
+    feed(history, 700, start_seq=seq, start_t=12.0)
+    panel.update_view()
+    panel.set_held(held)
+    assert panel.samples_label.toolTip() == held and not panel.samples_label.isHidden()
+    panel.set_held(None)
+    assert panel.samples_label.isHidden()
+
+
 def test_pause_freezes_the_display_while_history_records(panel: PlotsPanel) -> None:
     history = panel.history
     seq = feed(history, 40)

@@ -190,3 +190,16 @@ def test_a_trainers_correlation_ids_show_whole_and_the_footer_starts_with_the_ro
     c2s.push(encode(Envelope(m.MethodId.GetSceneInfoReq, 1, m.GetSceneInfoReq(), sent_ns=1)))
     feed(view, log)
     assert view.stats_label.text().startswith("shown 1/1 · main c2s 1")
+
+
+def test_a_detached_segments_traffic_is_held_and_said_so_until_the_next_attach(view, segment_factory):
+    seg = segment_factory()
+    c2s = RingWriter(seg.buf, seg.header.cmd_c2s_offset, seg.header.cmd_ring_size)
+    log = TrafficLog(seg)
+    c2s.push(encode(Envelope(m.MethodId.GetSceneInfoReq, 1, m.GetSceneInfoReq(), sent_ns=1)))
+    feed(view, log)
+    view.set_held(True)  # the segment went: the rows and counts stay, marked as the last attach's
+    assert view.model.rowCount() == 1
+    assert view.stats_label.text().startswith("last attach: shown 1/1 · main c2s 1")
+    view.clear()  # a new attach
+    assert view.model.rowCount() == 0 and view.stats_label.text() == "no segment"

@@ -170,6 +170,7 @@ def test_engine_killed_then_recreated_under_the_same_name(qtbot, window, subproc
         win = window(name)
         wait_state(qtbot, win, LinkState.FREE_RUNNING)
         session = _t(win).header.session_id
+        qtbot.waitUntil(lambda: win.history.frames_seen > 20, timeout=5000)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         wait_state(qtbot, win, LinkState.ENGINE_EXITED, LinkState.STALLED)
@@ -178,6 +179,12 @@ def test_engine_killed_then_recreated_under_the_same_name(qtbot, window, subproc
         )
         qtbot.wait(1500)  # past a refresh of the grid's counter line: the dead attach's counters stay gone
         assert "image_seq" not in win.grid.status_label.text(), win.grid.status_label.text()
+        # The dead engine's curves stay (what led up to its death), said so, until the next attach.
+        held = win.history
+        assert held.frames_seen > 20 and win.plots.held_text is not None
+        assert f"up to frame_seq {held.last_frame_seq}" in win.plots.held_text
+        assert win.plots.samples_label.isVisible() and win.plots.samples_label.text() == win.plots.held_text
+        assert win.plots.mean_curve.getData()[0] is not None and len(win.plots.mean_curve.getData()[0]) > 0
         os.unlink(shm_path(name))  # SIGKILL left the file behind
         proc.stdout.close()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env)
@@ -186,6 +193,7 @@ def test_engine_killed_then_recreated_under_the_same_name(qtbot, window, subproc
         assert _t(win).header.session_id != session
         assert _t(win).reattached == 1
         qtbot.waitUntil(lambda: "reattached" in win.state_label.text(), timeout=5000)
+        assert win.history is not held and win.plots.held_text is None  # the new attach's own history
     finally:
         proc.kill()
         proc.wait(10)
@@ -201,6 +209,20 @@ def test_corrupt_header_shows_the_reason(qtbot, window, segment_factory):
     wait_state(qtbot, win, LinkState.INCOMPATIBLE)
     assert "obs_offset" in (_t(win).reason or "")
     qtbot.waitUntil(lambda: "obs_offset" in win.state_label.text(), timeout=5000)
+
+
+def test_the_grid_says_the_state_as_it_is_now_while_no_segment_is_attached(qtbot, window, segment_factory):
+    """Seen: 'engine exited' under the image area after the state had become 'incompatible'."""
+    name = unique_segment_name("later")
+    win = window(name)
+    wait_state(qtbot, win, LinkState.SEARCHING)
+    qtbot.waitUntil(lambda: win.grid.status_label.text() == _t(win).text, timeout=5000)
+    seg = segment_factory(name, num_envs=4, obs_size=4, act_size=1)  # no event runs before it is made bad
+    seg.buf[hdr.OFFSET["obs_offset"] : hdr.OFFSET["obs_offset"] + 8] = (4097).to_bytes(8, "little")
+    wait_state(qtbot, win, LinkState.INCOMPATIBLE)
+    qtbot.waitUntil(lambda: win.grid.status_label.text() == _t(win).text, timeout=5000)
+    assert "incompatible" in win.grid.status_label.text(), win.grid.status_label.text()
+    assert _t(win).generation == 0  # never attached: the state changed without an attach
 
 
 def test_screenshot_cli_offscreen(tmp_path, subprocess_env):
