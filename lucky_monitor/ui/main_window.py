@@ -191,6 +191,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.last_tick: Tick | None = None
         self._generation = -1
         self._detached_text: str | None = None  # the state text the grid shows while no segment is attached
+        self._shown_state: tuple[object, ...] | None = None  # the state, its text and reason in the status bar
         self._ticks = 0
         self._paused = False
         self._last_title = ""
@@ -551,8 +552,10 @@ class MainWindow(QtWidgets.QMainWindow):
                     self.grid.set_meta(*self._shown_meta)
         if self._ticks % BUDGET_EVERY == 0 and self._update_budget():
             self._update_status(tick)
-        elif decor or tick.state != getattr(self, "_shown_state", None):
-            self._shown_state = tick.state
+        elif decor or (tick.state, tick.text, tick.reason) != self._shown_state:
+            # The state line follows its text at once ("stalled for 9 s" in the panel beside "stalled for 7 s" in
+            # the bar, at a panel refresh every 2 s); the rates and the budget line ride along.
+            self._shown_state = (tick.state, tick.text, tick.reason)
             self._update_status(tick)
         self._tick_cost = time.perf_counter() - t0
         self.stats.add_tick(tick, self._tick_cost)

@@ -46,6 +46,7 @@ def ticked_engine(prefix: str, **cfg):
     timer.setInterval(1)
     timer.timeout.connect(eng.tick)
     timer.start()
+    eng.test_timer = timer  # a test stops it to stop the engine's heartbeat
     try:
         yield eng
     finally:
@@ -372,6 +373,21 @@ def test_a_share_rung_presents_that_share_of_the_images_and_copies_no_other(qtbo
 
 def _counters(win) -> int:
     return _t(win).counters.images_copied
+
+
+def test_the_status_bars_state_follows_its_text_between_refreshes(qtbot, window):
+    """Seen: 'stalled for 9 s' in the panel beside 'stalled for 7 s' in the status bar (refreshed every 2 s)."""
+    with ticked_engine("stall", num_envs=2, obs_size=8, act_size=1, hz=100.0) as eng:
+        win = window(eng.name)
+        wait_state(qtbot, win, LinkState.FREE_RUNNING)
+        timer = eng.test_timer
+        win._next_decor = float("inf")  # no refresh at the panels' rate from here: only the state's own changes
+        timer.stop()  # the engine stops beating
+        wait_state(qtbot, win, LinkState.STALLED, timeout=6000)
+        for _ in range(2):  # "stalled for N s" counts up: the bar follows each new text
+            text = _t(win).text
+            qtbot.waitUntil(lambda text=text: _t(win).text != text, timeout=3000)
+            qtbot.waitUntil(lambda: win.state_label.text().startswith(_t(win).text), timeout=500)
 
 
 def test_status_bar_shows_the_budget_and_the_rates_in_force(qtbot, engine, window):
