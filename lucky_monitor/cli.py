@@ -20,12 +20,12 @@ import re
 import sys
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import __version__
-from .core.argtypes import in_range, seconds_between
+from .core.argtypes import in_range, name_prefix, seconds_between
 from .core.conformance import FAIL, NA, PASS, SKIPPED, heartbeat_age, run_check
 from .core.conformance import RuleResult as RuleResult  # re-exported: run_check's result type
 from .core.pacing import DEFAULT_YIELD_US
@@ -37,6 +37,7 @@ from .protocol.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    HeaderError,
     LuckyMonitorError,
     SegmentNotFound,
     UnavailableError,
@@ -93,6 +94,67 @@ class _Parser(argparse.ArgumentParser):
         sub = self.prog[len(PROG) :].strip() if self.prog.startswith(PROG) else self.prog
         _error(f"{sub + ': ' if sub else ''}{message} (usage: {self.prog} --help)")
         raise SystemExit(EXIT_USAGE)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """As argparse's, with arguments left over blamed on the subcommand that was given them.
+
+        argparse reports them from the top-level parser: ``info N --json extra``
+        said ``unrecognized arguments: extra (usage: lucky-monitor --help)``.
+        """
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            prog = _chosen_prog(self, ns)
+            sub = prog[len(PROG) :].strip()
+            _error(f"{sub + ': ' if sub else ''}unrecognized arguments: {' '.join(extras)} (usage: {prog} --help)")
+            raise SystemExit(EXIT_USAGE)
+        return ns
+
+
+def _left_by_a_dead_engine(args: argparse.Namespace, exc: LuckyMonitorError) -> UnavailableError | None:
+    """A header failure of a file a dead engine left, told as the engine's exit (as the window tells it).
+
+    A command pointed at the file an engine died of (truncated under it, or
+    its header overwritten after) said ``segment_size: header claims … mapped``
+    and exited 3, where the window said *engine exited* and an intact dead
+    engine's segment gives exit 5. The file is the dead engine's when its
+    first bytes still hold the LRBC magic and a ``server_pid`` that is gone;
+    with no magic nothing in it can be trusted, and the header's failure (3)
+    stands. ``check`` reports the header as it finds it (its header rules, exit 3).
+    """
+    command = getattr(args, "command", None)
+    if not isinstance(exc, HeaderError) or command in ("check", "sim"):
+        return None
+    name = getattr(args, "name", None) or getattr(args, "shm", None)
+    if not isinstance(name, str) or not name:
+        return None
+    from .transport.discovery import pid_alive
+    from .transport.shm import shm_path, validate_name
+
+    try:
+        with open(shm_path(validate_name(name)), "rb") as f:
+            raw = f.read(12)
+    except (OSError, ValueError, LuckyMonitorError):
+        return None
+    if len(raw) < 12:
+        return None
+    magic, _, pid = (int.from_bytes(raw[i : i + 4], "little") for i in (0, 4, 8))
+    if magic != hdr.MAGIC or pid <= 0 or pid_alive(pid):
+        return None
+    return UnavailableError(
+        f"{name}: engine exited (engine pid {pid} is gone; the segment it left fails the header check: {exc})"
+    )
+
+
+def _chosen_prog(parser: argparse.ArgumentParser, ns: Any) -> str:
+    """The ``prog`` of the innermost subcommand ``ns`` was parsed by (``lucky-monitor draw NAME line``)."""
+    prog = parser.prog
+    while True:
+        action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = getattr(ns, action.dest, None) if action is not None else None
+        if action is None or not isinstance(chosen, str) or chosen not in action.choices:
+            return prog
+        parser = action.choices[chosen]
+        prog = parser.prog
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -279,13 +341,19 @@ def main(argv: list[str] | None = None) -> int:
         if run is None:
             return _no_subcommand(args, parser)
         return int(run(args) or 0)
-    except UsageError as exc:  # as argparse's own: the subcommand, the message, where its usage is
-        command = getattr(args, "command", None)
-        usage = f"lucky-monitor {command}" if command else "lucky-monitor"
-        _error(f"{command + ': ' if command else ''}{exc} (usage: {usage} --help)")
-        return exc.exit_code
     except LuckyMonitorError as exc:
-        _error(str(exc))
+        if isinstance(exc, UsageError) or exc.exit_code == EXIT_USAGE:
+            # As argparse's own: the subcommand, the message, where its usage is (a bad draw vector too:
+            # "--from: expected 3 comma-separated numbers" had said neither).
+            usage = _chosen_prog(parser, args)
+            sub = usage[len(PROG) :].strip()
+            _error(f"{sub + ': ' if sub else ''}{exc} (usage: {usage} --help)")
+        else:
+            left = _left_by_a_dead_engine(args, exc)
+            if left is not None:
+                _error(str(left))
+                return left.exit_code
+            _error(str(exc))
         return exc.exit_code
     except BrokenPipeError:
         # stdout closed early (e.g. piped into `head`): not an error worth a message.
@@ -351,7 +419,12 @@ def _region_dict(r: Region) -> dict[str, Any]:
 def _list_args(p: argparse.ArgumentParser) -> None:
     from .transport.discovery import DEFAULT_PREFIX
 
-    p.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"name prefix to look for (default {DEFAULT_PREFIX})")
+    p.add_argument(
+        "--prefix",
+        type=name_prefix,
+        default=DEFAULT_PREFIX,
+        help=f"name prefix to look for (default {DEFAULT_PREFIX}; '' lists every segment)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -777,7 +850,7 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     try:  # a value the wire cannot carry is the caller's to fix, found before anything is attached
         encode(Envelope(method=MethodId.DrawReq, correlation_id=0, payload=req))
     except EnvelopeError as exc:
-        raise UsageError(f"draw: {str(exc).removeprefix('cannot encode envelope: ')}") from None
+        raise UsageError(f"{str(exc).removeprefix('cannot encode envelope: ')}") from None
     with Segment.attach(args.name, allow_other_user=args.allow_other_user) as seg:
         if not pid_alive(seg.header.server_pid):  # a dead engine's segment: nobody would answer
             raise UnavailableError(f"{seg.name}: engine exited (engine pid {seg.header.server_pid} is gone)")

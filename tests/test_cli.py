@@ -369,7 +369,7 @@ def test_subprocess_exit_codes_without_traceback(shm_name: str, subprocess_env) 
     usage = _run(["info", "--bogus"], subprocess_env)
     assert usage.returncode == 2 and "Traceback" not in usage.stderr
     assert one_error_line(usage.stderr) == (
-        "lucky-monitor: error: unrecognized arguments: --bogus (usage: lucky-monitor --help)"
+        "lucky-monitor: error: info: unrecognized arguments: --bogus (usage: lucky-monitor info --help)"
     )
     unknown = _run(["bogus"], subprocess_env)
     assert unknown.returncode == 2

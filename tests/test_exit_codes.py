@@ -145,8 +145,22 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
         (["demo", "--screenshot", "/no/such/dir/shot.png", "--quit-after", "1"], "does not exist"),
         (["info", ".."], "'..' names a directory, not a segment"),
         (["info", "a/b"], "'/' is not allowed"),
-        (["info", "--bogus"], "unrecognized arguments: --bogus (usage: lucky-monitor --help)"),
+        (["info", "--bogus"], "info: unrecognized arguments: --bogus (usage: lucky-monitor info --help)"),
+        (
+            ["info", "LuckyEngine_x", "--json", "extra"],
+            "info: unrecognized arguments: extra (usage: lucky-monitor info",
+        ),
+        (
+            ["draw", "LuckyEngine_x", "line", "--from", "0,0", "--to", "1,0,0"],
+            "draw NAME line: --from: expected 3 comma-separated numbers, got '0,0' (usage: lucky-monitor draw NAME line",
+        ),
+        (
+            ["draw", "LuckyEngine_x", "arrow", "--origin", "0,0,0", "--direction", "1,0,0", "--scale", "-5"],
+            "draw NAME arrow: --scale: -5, must be greater than 0 (usage: lucky-monitor draw NAME arrow --help)",
+        ),
         (["bogus"], "invalid choice: 'bogus'"),
+        (["list", "--prefix", "../"], "list: argument --prefix: '../': '/' is not allowed"),
+        (["export", "--prefix", "a b"], "export: argument --prefix: 'a b': ' ' is not allowed"),
         (["check", "LuckyEngine_not_needed", "--image-wait", "-1"], "check: argument --image-wait: '-1' must be"),
         (["check", "LuckyEngine_not_needed", "--image-wait", "nan"], "'nan' must be seconds"),
         (["train", "--shm", "LuckyEngine_not_needed", "--steps", "-5"], "train: argument --steps: '-5' must be"),
@@ -324,6 +338,34 @@ def test_5_a_dead_engines_segment_is_refused_at_once_by_draw_and_check_live(segm
         assert main(argv) == EXIT_UNAVAILABLE
         line = one_error_line(capsys.readouterr().err)
         assert line.endswith(f"{eng.name}: engine exited (engine pid {child.pid} is gone)"), line
+
+
+def test_5_the_file_an_engine_died_of_is_its_exit_not_a_bad_header(segment_factory, capsys, tmp_path) -> None:
+    """Truncated under a stopped engine that then died: the window said *engine exited*, commands said exit 3."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    eng = segment_factory(server_pid=child.pid)
+    os.truncate(shm_path(eng.name), 5000)  # the header whole, the rest gone
+    shot = str(tmp_path / "s.png")
+    for argv in (
+        ["info", eng.name],
+        ["draw", eng.name, "clear"],
+        ["snapshot", eng.name, "-o", shot, "--timeout", "0.5"],
+        ["train", "--shm", eng.name, "--steps", "1"],
+    ):
+        assert main(argv) == EXIT_UNAVAILABLE, argv
+        line = one_error_line(capsys.readouterr().err)
+        assert f"{eng.name}: engine exited (engine pid {child.pid} is gone; the segment it left fails" in line, line
+        assert "segment_size" in line, line
+    for argv in (["check", eng.name], ["check", eng.name, "--live"]):
+        assert main(argv) == 3  # the checker reports the header as it finds it: its rules, the header's code
+    capsys.readouterr()
+    with open(shm_path(eng.name), "r+b") as f:
+        f.write(b"garbage!")  # no magic: nothing in the file can be trusted, a pid neither
+    assert main(["info", eng.name]) == 3
+    assert "magic" in one_error_line(capsys.readouterr().err)
 
 
 # ----------------------------------------------------------------------------- 130 interrupted

@@ -8,9 +8,10 @@ error naming the option, before any segment is looked up.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 
-__all__ = ["in_range", "ranged", "seconds_between"]
+__all__ = ["in_range", "name_prefix", "ranged", "seconds_between"]
 
 
 def in_range(text: str, kind: type[float] | type[int], low: float, high: float, what: str) -> float:
@@ -41,3 +42,19 @@ def ranged(kind: type[int] | type[float], low: float, high: float, what: str) ->
         return int(v) if kind is int else v
 
     return parse
+
+
+_PREFIX_RE = re.compile(r"[A-Za-z0-9_.-]{0,200}")
+
+
+def name_prefix(text: str) -> str:
+    """A ``type=`` for a segment-name prefix: the characters a name may hold (``A-Z a-z 0-9 _ . -``), or empty.
+
+    ``list --prefix ../`` had answered ``no ../* segments`` where every
+    command refuses a ``/`` in a name.
+    """
+    if not _PREFIX_RE.fullmatch(text):
+        bad = next((c for c in text if not _PREFIX_RE.fullmatch(c)), None)
+        why = f"{bad!r} is not allowed; use A-Z a-z 0-9 _ . -" if bad is not None else "at most 200 characters"
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: {why}")
+    return text

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.argtypes import name_prefix
 from ..core.fleet import Fleet, SegmentStats
 from ..core.pacing import paced
 from ..core.session import validate_name
@@ -182,7 +183,7 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
         required=True,
         help="where to serve /metrics (host default 127.0.0.1; 0.0.0.0 exposes it to the network)",
     )
-    p.add_argument("--prefix", default="LuckyEngine_", help="name prefix of discovered segments")
+    p.add_argument("--prefix", type=name_prefix, default="LuckyEngine_", help="name prefix of discovered segments")
     p.add_argument("--host-label", default=None, help="value of the host label (default: this machine's name)")
     p.add_argument("--poll-hz", type=float, default=30.0, help="polls of each segment per second (default 30)")
     p.add_argument(
