@@ -152,7 +152,7 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
         ),
         (
             ["draw", "LuckyEngine_x", "line", "--from", "0,0", "--to", "1,0,0"],
-            "draw NAME line: --from: expected 3 comma-separated numbers, got '0,0' (usage: lucky-monitor draw NAME line",
+            "draw NAME line: --from: expected 3 comma-separated numbers, got '0,0' (usage: lucky-monitor draw",
         ),
         (
             ["draw", "LuckyEngine_x", "arrow", "--origin", "0,0,0", "--direction", "1,0,0", "--scale", "-5"],
