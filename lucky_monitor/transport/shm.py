@@ -502,6 +502,8 @@ _SESSION_STRUCT = struct.Struct("<" + hdr.CODE["session_id"])
 _FIXED_FIELDS = tuple(
     (name, struct.Struct("<" + hdr.CODE[name]), hdr.OFFSET[name]) for name in hdr.OFFSET if name not in LIVE_FIELDS
 )
+#: Fixed fields a change of which is told in hex, as the header check tells them.
+_HEX_FIELDS = frozenset({"magic"})
 # read_live's one copy carries the session_id too (Segment.session_changed reads it from there)
 assert _SESSION_OFFSET + _SESSION_STRUCT.size <= _LIVE_STRUCT.size
 
@@ -723,6 +725,8 @@ class _Mapped:
             if now != was:
                 if isinstance(now, bytes):
                     return f"header field {name} changed while attached"
+                if name in _HEX_FIELDS:  # as the header check words them ("magic: 0x62726167, expected …")
+                    return f"header field {name} changed while attached (0x{was:08X} -> 0x{now:08X})"
                 return f"header field {name} changed while attached ({was} -> {now})"
         return None
 

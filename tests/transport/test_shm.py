@@ -389,3 +389,14 @@ def test_trainer_cas_claims_client_pid_once(engine) -> None:
         assert engine.cas("frame_seq", 7, 2**64 - 1) and engine.counter("frame_seq") == 2**64 - 1
         with pytest.raises(KeyError):
             a.cas("num_envs", 3, 4)
+
+
+def test_a_fixed_field_rewritten_while_attached_is_named_with_both_values(engine) -> None:
+    """The magic in hex, as the header check words it (it read 1280459331 -> 1651663207)."""
+    with Segment.attach(engine.name) as seg:
+        assert seg.fixed_fields_changed() is None
+        engine.buf[OFFSET["num_envs"] : OFFSET["num_envs"] + 4] = (5000).to_bytes(4, "little")
+        assert seg.fixed_fields_changed() == "header field num_envs changed while attached (3 -> 5000)"
+        engine.buf[OFFSET["num_envs"] : OFFSET["num_envs"] + 4] = (3).to_bytes(4, "little")
+        engine.buf[0:4] = b"garb"
+        assert seg.fixed_fields_changed() == "header field magic changed while attached (0x4C524243 -> 0x62726167)"
