@@ -40,6 +40,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -311,13 +312,47 @@ def follow_range(
     return (new_low, new_high)
 
 
+class LegendSample(pg.ItemSample):
+    """A legend swatch: a line for a curve, a filled box under its line for an area.
+
+    pyqtgraph's draws a filled curve as a triangle crossed by its line, which read
+    as a marker of its own beside "dones". An item may name the fill its swatch
+    shows (``legend_fill``, a brush colour), for an area drawn by another item
+    (the reward band's fill lies between two curves).
+    """
+
+    def paint(self, p: QtGui.QPainter, *args: Any) -> None:
+        item = self.item
+        if not item.isVisible():
+            super().paint(p, *args)  # pyqtgraph's crossed-out eye
+            return
+        opts = item.opts
+        pen = pg.mkPen(opts["pen"])
+        fill = getattr(item, "legend_fill", None)
+        if fill is None and opts.get("fillLevel") is not None and opts.get("fillBrush") is not None:
+            fill = opts["fillBrush"]
+        if fill is not None:
+            p.setPen(QtCore.Qt.PenStyle.NoPen)
+            p.setBrush(pg.mkBrush(fill))
+            p.drawRect(QtCore.QRectF(2, 7, 16, 9))
+            p.setPen(pen)
+            p.drawLine(QtCore.QPointF(2, 7), QtCore.QPointF(18, 7))
+        else:
+            p.setPen(pen)
+            p.drawLine(QtCore.QPointF(2, 11), QtCore.QPointF(18, 11))
+
+
 class LegendRow(pg.LegendItem):
     """A legend laid out as its own row of the plot layout, above its plot (never over the data)."""
 
+    #: Pixels between the axis and the first swatch: a swatch at the axis' own line read as drawn over it.
+    GAP_PX = 6
+
     def __init__(self, columns: int, indent: float) -> None:
-        super().__init__(colCount=columns, horSpacing=12, verSpacing=-6, labelTextSize="8pt")
+        super().__init__(colCount=columns, horSpacing=12, verSpacing=-6, labelTextSize="8pt", sampleType=LegendSample)
         self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Fixed, QtWidgets.QSizePolicy.Policy.Fixed)
-        self.layout.setContentsMargins(indent, 0, 0, 0)  # starts where the data does, right of the axis
+        # Starts where the data does, right of the axis, with a gap.
+        self.layout.setContentsMargins(indent + self.GAP_PX, 0, 0, 0)
 
     def updateSize(self) -> None:
         """Ask the owning layout for room instead of resizing in place."""
@@ -682,6 +717,7 @@ class PlotsPanel(QtWidgets.QWidget):
         band_pen = pg.mkPen(pal.rgba(pal.BAND, 140), width=1)
         self.band_low = pg.PlotDataItem(pen=band_pen)
         self.band_high = pg.PlotDataItem(pen=band_pen, name=BAND_MODES[0][1])
+        self.band_high.legend_fill = pal.rgba(pal.BAND, 70)  # its legend swatch: the band's area, not a line
         self.band_fill = BandFill(self.band_low, self.band_high, brush=pal.rgba(pal.BAND, 70))
         self.band_fill.offer = lambda: self.offer()  # the panel's offer, whatever the window sets it to later
         self.reward_plot.addItem(self.band_fill)
