@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             return _no_subcommand(args, parser)
         return int(run(args) or 0)
     except LuckyMonitorError as exc:
-        if isinstance(exc, UsageError) or exc.exit_code == EXIT_USAGE:
+        if isinstance(exc, UsageError):
             # As argparse's own: the subcommand, the message, where its usage is (a bad draw vector too:
             # "--from: expected 3 comma-separated numbers" had said neither).
             usage = _chosen_prog(parser, args)

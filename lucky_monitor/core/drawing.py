@@ -25,7 +25,7 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import cast
 
-from ..protocol.errors import LuckyMonitorError
+from ..protocol.errors import UsageError
 from ..protocol.messages import Arrow, Color, DrawReq, Line, Vec3, VelocityCommand
 
 __all__ = [
@@ -50,10 +50,8 @@ DEFAULT_COLOR = (1.0, 0.2, 0.2, 1.0)
 FLOAT32_MAX = 3.4028234663852886e38
 
 
-class DrawInputError(LuckyMonitorError):
-    """A coordinate, colour or scale that cannot be sent; the message names the field."""
-
-    exit_code = 2
+class DrawInputError(UsageError):
+    """A coordinate, colour or scale that cannot be sent; the message names the field (a usage error, exit 2)."""
 
 
 def number(value: object, field: str) -> float:
