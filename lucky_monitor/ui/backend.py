@@ -51,7 +51,7 @@ from ..core.monitor import LinkState
 from ..core.session import CommandResult, SegmentEntry, Tick
 from ..core.text import DASH, age_text, bytes_text
 from ..protocol.enums import EngineState, GpuObsMode, Mode, Service, SimMode
-from ..protocol.header import Header
+from ..protocol.header import Header, LiveFields
 from .palette import BAD, DIM, GOOD, WARN
 
 # ---------------------------------------------------------------------------
@@ -482,6 +482,7 @@ class MonitorBackend(QObject):
         self._detached_state: LinkState | None = None  # the state while no segment is attached
         # Whether Debug was enabled when the draw result shown came (None: nothing to mark stale).
         self._draw_debug_on: bool | None = None
+        self._shown_switches: tuple[int, int] | None = None  # (services_enabled, sim_mode) as shown
 
     # ------------------------------------------------------------ constants
     @Property(QObject, constant=True)
@@ -522,6 +523,8 @@ class MonitorBackend(QObject):
             self._apply_commands(tick)
         for r in tick.results:
             self._apply_result(r, tick)
+        if tick.live is not None:
+            self._apply_switches(tick.live)
         if self._draw_debug_on is not None and tick.live is not None:
             self._mark_stale_draw_result(bool(tick.live.services_enabled >> Service.DEBUG & 1))
         if tick.t >= self._next_live or tick.header is None:
@@ -689,6 +692,7 @@ class MonitorBackend(QObject):
     def _on_attach(self, h: Header | None) -> None:
         """A new attach (or a detach): facts from the header, every per-attach value afresh."""
         self._draw_debug_on = None
+        self._shown_switches = None  # the new attach's switches are shown at its first tick
         self._set(**{k: d for k, (g, d) in _FIELDS.items() if g in ("facts", "rates")})
         self._set(
             simModePending=False,
@@ -756,8 +760,19 @@ class MonitorBackend(QObject):
             tornImages=str(c.torn_images),
             tornHot=str(c.torn_hot),
             framesSkipped=str(c.frames_skipped),
-            simMode=int(live.sim_mode if SimMode.get(live.sim_mode) is not None else SimMode.REALTIME),
         )
+
+    def _apply_switches(self, live: LiveFields) -> None:
+        """The services' switches and the simulation mode, at every tick they change (not with the live facts).
+
+        At the panel's slow refresh a switch just turned off read "ok 5.5 ms · on" for up to 2 s, and a
+        mode just chosen flipped back in the combo until the next refresh.
+        """
+        key = (live.services_enabled, live.sim_mode)
+        if key == self._shown_switches:
+            return
+        self._shown_switches = key
+        self._set(simMode=int(live.sim_mode if SimMode.get(live.sim_mode) is not None else SimMode.REALTIME))
         mask = live.services_enabled
         for bit in range(len(Service)):
             self._services.update_row(bit, enabled=bool(mask >> bit & 1))

@@ -647,6 +647,20 @@ def test_a_draw_result_from_before_debug_was_switched_says_so(qapp) -> None:
     assert b.value("lastDrawResult") == ""
 
 
+def test_switches_and_the_mode_follow_the_engine_at_once_whatever_the_panels_refresh(qapp) -> None:
+    """Seen at the budget's panel 0.5 Hz: "Debug  ok 5.5 ms  on" for 2 s after Debug was switched off."""
+    b = MonitorBackend(StandInSession())
+    b.LIVE_PERIOD_S = 2.0
+    everything = Service.all_mask()
+    b.apply(attached_tick(t=1.0, live=live_fields(services_enabled=everything, sim_mode=0)))
+    assert b.services.row(Service.DEBUG)["enabled"] is True and b.value("simMode") == 0
+    off = everything & ~Service.DEBUG.bit
+    b.apply(attached_tick(t=1.02, live=live_fields(services_enabled=off, sim_mode=1, frame_seq=999)))
+    assert b.services.row(Service.DEBUG)["enabled"] is False  # not at the next live refresh, 2 s on
+    assert b.value("simMode") == 1
+    assert b.value("frameSeq") != "999"  # the live facts still wait for their refresh
+
+
 def test_slots_call_the_session_and_mark_pending(qapp) -> None:
     s = StandInSession()
     b = MonitorBackend(s)
