@@ -197,10 +197,18 @@ class PixelReading:
     format: str  # the source format label, e.g. "bgr"
     stored: tuple[int, ...]  # the channel values as the engine stored them
     shown: tuple[int, ...]  # the same pixel after the display options, RGB (RGBA when alpha is shown)
+    row: int | None = None  # the row of the image as stored, where rows are shown flipped (else ``y``)
 
     @classmethod
     def of(
-        cls, env: int, x: int, y: int, stored: tuple[int, ...], src_format: str, options: DisplayOptions
+        cls,
+        env: int,
+        x: int,
+        y: int,
+        stored: tuple[int, ...],
+        src_format: str,
+        options: DisplayOptions,
+        row: int | None = None,
     ) -> PixelReading:
         """Decode ``stored`` (the engine's channel values) as the grid shows them under ``options``."""
         fmt = ImageFormat.resolve(ImageFormat.from_label(src_format), len(stored)) or ImageFormat.RGB
@@ -212,7 +220,7 @@ class PixelReading:
                 rgb = rgb[::-1]
         if options.show_alpha:
             rgb = (*rgb, stored[3] if fmt.has_alpha else 255)
-        return cls(env, x, y, fmt.label, stored, rgb)
+        return cls(env, x, y, fmt.label, stored, rgb, None if row == y else row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1197,7 +1205,7 @@ class MonitorSession:
             return None
         if not r.ok:
             return None
-        return PixelReading.of(env, x, y, tuple(int(v) for v in out), self._src_format, self._display)
+        return PixelReading.of(env, x, y, tuple(int(v) for v in out), self._src_format, self._display, row)
 
     def snapshot(
         self, env: int | None = None, *, columns: int | None = None, gap: int | None = None

@@ -1233,7 +1233,9 @@ class ImageGridWidget(QtWidgets.QWidget):
             if reading is None:
                 return f"env {env}  x {px} y {py}"
             kind = (ImageFormat.RGBA if len(reading.shown) == 4 else ImageFormat.RGB).label
-            text = f"env {env}  x {px} y {py}  shown {kind}({', '.join(str(v) for v in reading.shown)})"
+            # Rows shown flipped: the row as stored too, where the value was read (y 6 read the ground at row 57).
+            at = f"y {py}" if reading.row is None else f"y {py} (stored row {reading.row})"
+            text = f"env {env}  x {px} {at}  shown {kind}({', '.join(str(v) for v in reading.shown)})"
             if (reading.format, reading.stored) != (kind, reading.shown):
                 text += f"  stored {reading.format}({', '.join(str(v) for v in reading.stored)})"
             return text + note

@@ -215,6 +215,13 @@ def test_display_options_are_plain_values_applied_at_the_next_step(engines) -> N
     assert reading is not None and reading.format == "rgb" and list(reading.shown) == shown
     assert list(reading.stored) == shown[::-1]
     assert reading.stored == tuple(int(v) for v in eng.seg.images[0, 0, 0])
+    assert reading.row is None  # rows as stored: y is the stored row
+    s.set_display(DisplayOptions(columns=1, flip_rows=True))
+    s.step()
+    h = eng.seg.images.shape[1]
+    reading = s.read_pixel(0, 2, 1)
+    assert reading is not None and reading.y == 1 and reading.row == h - 2  # shown at row 1, read at its stored row
+    assert reading.stored == tuple(int(v) for v in eng.seg.images[0, h - 2, 2])
     s.close()
 
 

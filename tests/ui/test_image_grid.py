@@ -568,7 +568,17 @@ def test_readout_says_shown_and_stored_values(grid_widget, solid_images, qtbot):
     # Rows stored bottom-up: the tile is shown upright, and the stored value is the same pixel's.
     flipped = images[:, ::-1].copy()
     show(flipped, src_format="bgr", bottom_up=True)
-    assert grid_widget.readout_at(*at) == "env 4  x 3 y 7  shown rgb(200, 20, 10)  stored bgr(10, 20, 200)"
+    assert grid_widget.readout_at(*at) == (
+        "env 4  x 3 y 7 (stored row 8)  shown rgb(200, 20, 10)  stored bgr(10, 20, 200)"
+    )
+    # Rows flipped for display: the row the value was read from is the stored one (y 6 read the ground at row 57).
+    grid_widget.flip_check.setChecked(True)
+    show(flipped, src_format="bgr", options=DisplayOptions(flip_rows=True))
+    assert grid_widget.readout_at(*at) == (
+        "env 4  x 3 y 7 (stored row 8)  shown rgb(200, 20, 10)  stored bgr(10, 20, 200)  (rows flipped for display)"
+    )
+    grid_widget.flip_check.setChecked(False)
+    show(flipped, src_format="bgr", bottom_up=True)
 
     # The hover label says the same.
     settle(grid_widget)
@@ -583,7 +593,7 @@ def test_readout_says_shown_and_stored_values(grid_widget, solid_images, qtbot):
     qtbot.wait(100)
     with qtbot.waitSignal(grid_widget.hover_changed, timeout=2000) as blocker:
         qtbot.mouseMove(grid_widget.graphics.viewport(), on_viewport(at[0] + 0.5, at[1] + 0.5))
-    assert blocker.args == ["env 4  x 3 y 7  shown rgb(200, 20, 10)  stored bgr(10, 20, 200)"]
+    assert blocker.args == ["env 4  x 3 y 7 (stored row 8)  shown rgb(200, 20, 10)  stored bgr(10, 20, 200)"]
 
 
 def test_a_narrow_counters_line_shows_its_counts_whole_in_fewer_words(grid_widget, solid_images):

@@ -178,6 +178,6 @@ def pixel_reader(images: np.ndarray, frame: ImageFrame):
         row = h - 1 - y if frame.bottom_up != frame.options.flip_rows else y
         px = images[env, row, x]
         stored = tuple(int(v) for v in np.atleast_1d(px))
-        return PixelReading.of(env, x, y, stored, frame.src_format, frame.options)
+        return PixelReading.of(env, x, y, stored, frame.src_format, frame.options, row)
 
     return read
