@@ -761,6 +761,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         self.badges.setZValue(15)
         self.view_box.addItem(self.badges, ignoreBounds=True)
         self.view_box.sigRangeChanged.connect(self._update_labels)
+        self.view_box.sigRangeChanged.connect(self._rehover)
         self.view_box.sigResized.connect(self._update_labels)
         self.view_box.sigResized.connect(self._on_view_resized)
         self.view_box.sigRangeChangedManually.connect(self._on_user_zoom)
@@ -1259,6 +1260,19 @@ class ImageGridWidget(QtWidgets.QWidget):
         p = self.view_box.mapSceneToView(pos)
         self._hover = (p.x(), p.y())
         self._set_hover_text(self.readout_at(p.x(), p.y()))
+
+    def _rehover(self, *_: object) -> None:
+        """The view moved under a resting pointer (a pan, a zoom, a fit): read the pixel now under it.
+
+        After a drag-pan the readout named the pixel grabbed, not the one under the pointer, until it moved.
+        """
+        if self._hover is None:
+            return
+        viewport = self.graphics.viewport()
+        at = viewport.mapFromGlobal(QtGui.QCursor.pos())
+        if not viewport.rect().contains(at):
+            return
+        self._on_mouse_moved(self.graphics.mapToScene(at))
 
     def _on_mouse_clicked(self, event: Any) -> None:
         if event.button() != Qt.MouseButton.LeftButton:

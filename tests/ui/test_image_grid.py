@@ -893,3 +893,35 @@ def test_the_alpha_box_is_greyed_out_and_says_why_for_images_without_alpha(grid_
     grid_widget.show_image(image_frame(rng.integers(0, 256, (4, 6, 8, 1), dtype=np.uint8)))  # the session's path
     assert not grid_widget.alpha_check.isEnabled()
     assert grid_widget.alpha_check.toolTip() == "the images have no alpha channel (1 channel)"
+
+
+def test_a_pan_under_a_resting_pointer_reads_the_pixel_now_under_it(grid_widget, solid_images, qtbot):
+    """Seen: after a drag-pan the readout named the pixel grabbed, not the one under the pointer."""
+    images = solid_images(9, 16, 16).copy()
+    images[0] = 10
+    images[1] = 200
+    frame = image_frame(images, src_format="rgb")
+    grid_widget.pixel_reader = pixel_reader(images, frame)
+    grid_widget.show_image(frame)
+    settle(grid_widget)
+    viewport = grid_widget.graphics.viewport()
+
+    def on_viewport(x, y):
+        return grid_widget.graphics.mapFromScene(grid_widget.view_box.mapViewToScene(QtCore.QPointF(x, y)))
+
+    grab, drop = on_viewport(26.5, 8.5), on_viewport(8.5, 8.5)  # drag env 1's pixel to where env 0's was
+    QtGui.QCursor.setPos(viewport.mapToGlobal(grab))
+    if viewport.mapFromGlobal(QtGui.QCursor.pos()) != grab:
+        pytest.skip("this platform does not move the cursor")
+    qtbot.mouseMove(viewport, grab)
+    qtbot.mousePress(viewport, QtCore.Qt.MouseButton.LeftButton, pos=grab)
+    for k in range(1, 11):
+        p = grab + (drop - grab) * (k / 10)
+        QtGui.QCursor.setPos(viewport.mapToGlobal(p))
+        qtbot.mouseMove(viewport, p)
+        qtbot.wait(20)
+    qtbot.mouseRelease(viewport, QtCore.Qt.MouseButton.LeftButton, pos=drop)
+    settle(grid_widget)
+    under = grid_widget.view_box.mapSceneToView(grid_widget.graphics.mapToScene(drop))
+    assert grid_widget.readout_at(under.x(), under.y()).startswith("env 1 ")  # the pan moved env 1 under the pointer
+    assert grid_widget.hover_label.text() == grid_widget.readout_at(under.x(), under.y())
