@@ -806,8 +806,9 @@ def _draw_args(p: argparse.ArgumentParser) -> None:
     vel.add_argument("--vel", required=True, metavar="VX,VY,WZ", help="lin_vel_x, lin_vel_y, ang_vel_z")
     vel.add_argument("--scale", type=float, default=1.0)
     kinds.add_parser("clear", help="remove every drawing")
-    for sp in (line, arrow, vel):
+    for sp in (line, arrow):  # a VelocityCommand has no colour in the schema: the engine picks it
         sp.add_argument("--color", default="1,0.2,0.2,1", metavar="R,G,B[,A]", help="components 0..1")
+    for sp in (line, arrow, vel):
         sp.add_argument("--clear", action="store_true", help="set clear_previous: erase earlier drawings first")
     p.add_argument("--timeout", type=seconds_between(0.01, 3600), default=2.0, help="seconds to wait for the reply")
     add_allow_other_user_argument(p)

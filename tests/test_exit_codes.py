@@ -160,6 +160,10 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
         ),
         (["bogus"], "invalid choice: 'bogus'"),
         (["list", "--prefix", "../"], "list: argument --prefix: '../': '/' is not allowed"),
+        (  # accepted and dropped before: a VelocityCommand has no colour
+            ["draw", "LuckyEngine_x", "velocity", "--vel", "1,0,0", "--color", "0,1,0"],
+            "draw NAME velocity: unrecognized arguments: --color 0,1,0",
+        ),
         (["export", "--prefix", "a b"], "export: argument --prefix: 'a b': ' ' is not allowed"),
         (["check", "LuckyEngine_not_needed", "--image-wait", "-1"], "check: argument --image-wait: '-1' must be"),
         (["check", "LuckyEngine_not_needed", "--image-wait", "nan"], "'nan' must be seconds"),
