@@ -103,6 +103,8 @@ DarkPane {
             // Near the top: the one control of the panel used often, visible without scrolling.
             Section {
                 title: "Simulation"
+                aside: simResult.faded ? "" : root.backend.simModeResult
+                asideColor: Theme.resultColor(root.backend.simModeResultKind)
                 RowLayout {
                     Layout.fillWidth: true
                     spacing: 8
@@ -125,14 +127,14 @@ DarkPane {
                         }
                     }
                 }
-                Label {
+                // The engine's answer sits on the section's title line (a line of its own pushed the services
+                // down for 5 s, under the pointer): a success goes after a few seconds, a failure stays.
+                Item {
                     id: simResult
                     objectName: "simModeResult"
-                    // A success goes after a few seconds (kept, it pushed the panel's facts below the fold at
-                    // 1280x800 for good); a failure or a pending request stays until the next one.
                     property bool faded: false
-                    Layout.fillWidth: true
-                    visible: text !== "" && !faded
+                    readonly property string text: root.backend.simModeResult
+                    visible: false
                     onTextChanged: {
                         faded = false
                         if (root.backend.simModeResultKind === "ok")
@@ -146,11 +148,6 @@ DarkPane {
                         interval: 5000
                         onTriggered: simResult.faded = true
                     }
-                    text: root.backend.simModeResult
-                    textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
-                    color: Theme.resultColor(root.backend.simModeResultKind)
-                    font.pixelSize: Theme.small
-                    elide: Text.ElideRight
                 }
             }
 

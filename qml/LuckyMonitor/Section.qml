@@ -6,8 +6,11 @@ import QtQuick.Layouts
 ColumnLayout {
     id: root
     property string title
-    // A short dim note at the end of the title's rule (e.g. how often the values refresh); none when empty.
+    // A short note at the end of the title's rule (how often the values refresh, a command's answer); none
+    // when empty. It takes the rule's room, never a line of its own: the rows below never move for it.
     property string aside: ""
+    property color asideColor: Theme.dim
+    property string asideTip: ""
     default property alias content: body.data
 
     Layout.fillWidth: true
@@ -34,8 +37,15 @@ ColumnLayout {
             objectName: "aside_" + root.title
             visible: root.aside !== ""
             text: root.aside
-            color: Theme.dim
+            textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
+            color: root.asideColor
             font.pixelSize: Theme.small
+            elide: Text.ElideRight
+            Layout.maximumWidth: root.width * 0.6  // a long refusal elides; the title stays whole
+            HoverHandler { id: asideHover }
+            ToolTip.visible: asideHover.hovered && (root.asideTip !== "" || truncated)
+            ToolTip.text: root.asideTip !== "" ? root.asideTip : root.aside
+            ToolTip.delay: 400
         }
     }
     ColumnLayout {

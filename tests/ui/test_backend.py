@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 import shiboken6
-from PySide6.QtCore import QMetaObject, QObject, QUrl
+from PySide6.QtCore import QMetaObject, QObject, QPointF, QUrl
 from PySide6.QtQuick import QQuickItem
 from PySide6.QtQuickWidgets import QQuickWidget
 from PySide6.QtWidgets import QApplication
@@ -997,17 +997,20 @@ def test_sim_mode_follows_the_engine(rig, views) -> None:
     assert eng.sim_mode == 1
     assert b.value("simModeResult").startswith("ok ") and b.value("simModeResultKind") == ResultKind.OK
     assert qml_child(panel, "simMode").property("currentIndex") == 1
-    assert colour_of(qml_child(panel, "simModeResult")) == GOOD
+    assert colour_of(qml_child(panel, "aside_Simulation")) == GOOD  # on the section's title line
     # A success goes after a while (it pushed the facts below the fold at 1280x800); a failure stays.
-    result = qml_child(panel, "simModeResult")
+    result = qml_child(panel, "aside_Simulation")
     assert result.property("visible") is True
     rig.pump(lambda: result.property("visible") is False, "the success faded", timeout=5.0)
+    services_y = qml_child(panel, "serviceSwitch_Camera").mapToScene(QPointF(0, 0)).y()
     b.setSimMode(7)
     rig.step()  # the session's refusal arrives with the next tick
     assert b.value("simModeResult") == "error: simulation mode 7 unknown"
     assert b.value("simModeResultKind") == ResultKind.ERROR
     assert not b.value("simModePending")
-    assert colour_of(qml_child(panel, "simModeResult")) == BAD
+    assert colour_of(qml_child(panel, "aside_Simulation")) == BAD
+    assert qml_child(panel, "aside_Simulation").property("text") == "error: simulation mode 7 unknown"
+    assert qml_child(panel, "serviceSwitch_Camera").mapToScene(QPointF(0, 0)).y() == services_y  # nothing moved
     assert result.property("visible") is True
     assert fade.property("running") is False
     assert eng.sim_mode == 1
