@@ -121,6 +121,20 @@ UNSEEN_STATS_PERIOD_S = 5.0
 # ---------------------------------------------------------------------------
 
 
+#: Bytes of the history's all-env raster ring: the rows it holds also seed a newly selected env's curve.
+RASTER_BYTES = 16 << 20
+
+
+def raster_rows(num_envs: int) -> int:
+    """Rows of the history's all-env raster for ``num_envs``: 4096 (a minute at 60 Hz, the plots' default
+    window) up to 1024 envs, fewer above within :data:`RASTER_BYTES` (1024 rows at 4096 envs), never under 600.
+
+    A newly selected env's curve starts where these rows do: with 600 it covered the last 10-12 s of
+    the 1-minute window.
+    """
+    return max(600, min(4096, RASTER_BYTES // (4 * max(1, int(num_envs)))))
+
+
 @dataclass(frozen=True, slots=True)
 class DisplayOptions:
     """How the image grid decodes and lays out tiles: plain values, no widget.
@@ -1432,7 +1446,7 @@ class MonitorSession:
             self._display_error = None
             self._tools = ToolsState()
             return
-        self.history = History(h.num_envs, capacity=self._history_capacity)
+        self.history = History(h.num_envs, capacity=self._history_capacity, raster_capacity=raster_rows(h.num_envs))
         seg = self._link.segment
         self._traffic = TrafficLog(seg) if self._want_traffic and seg is not None else None
         if not h.has_tools:

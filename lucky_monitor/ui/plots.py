@@ -78,7 +78,7 @@ WINDOW_CHOICES: tuple[tuple[str, float], ...] = (
     ("10 min", 600.0),
 )
 #: Rows of the raster's reduced ring (envs binned to the plot's height): a whole minute at 60 Hz, where the
-#: history keeps the last 600 rows of every env.
+#: history keeps fewer rows of every env above 1024 envs (see ``session.raster_rows``).
 RASTER_DISPLAY_ROWS = 4096
 #: Legend entries a row at most (fewer where the plot is narrower).
 LEGEND_MAX_COLUMNS = 6
@@ -367,8 +367,8 @@ class RasterDisplay:
     binning); :meth:`image` copies the rows of a time window.
 
     ``rows``: the reduced ring's length (``None``: the history's
-    ``raster_capacity``). Longer than the history's own ring (600 rows of
-    every env), it keeps the reduced rows of a whole plot window (a minute
+    ``raster_capacity``). Longer than the history's own ring can be (1024
+    rows of every env at 4096 envs), it keeps the reduced rows of a whole plot window (a minute
     at 50 Hz is 3000 polls) as long as :meth:`sync` runs before the history's
     ring laps; where it did not (a long pause), the rows held restart from
     what the history still has, never with a hole inside them.

@@ -905,3 +905,19 @@ def test_a_step_offers_the_core_at_its_seams_unless_told_never(engines, yield_us
         assert len(offers) >= 6 * 3  # a step with a frame and an image: after the copies, the checks, the taps
     else:
         assert offers == []
+
+
+def test_the_history_keeps_a_minute_of_every_env_within_a_bound(engines) -> None:
+    """A newly selected env's curve is seeded from these rows: 600 covered 10-12 s of the 1-minute window."""
+    from lucky_monitor.core.session import RASTER_BYTES, raster_rows
+
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name, tools=False, images=False)
+    run(s, engines, lambda t: t.history is not None, "attached")
+    assert s.history is not None and s.history.raster_capacity == raster_rows(eng.seg.header.num_envs) == 4096
+    s.close()
+
+    assert raster_rows(64) == raster_rows(1024) == 4096  # a minute at 60 Hz
+    assert raster_rows(4096) == 1024 and raster_rows(4096) * 4096 * 4 <= RASTER_BYTES
+    assert raster_rows(1) == 4096 and raster_rows(10**6) == 600
