@@ -1377,6 +1377,7 @@ class ImageGridWidget(QtWidgets.QWidget):
     # ------------------------------------------------------------ single env view
     def open_single_env_view(self) -> SingleEnvView:
         """Show (creating once) the 1:1 view of the selected env (env 0 if none)."""
+        first = self._single is None
         if self._single is None:
             self._single = SingleEnvView(self)
         view = self._single
@@ -1388,6 +1389,9 @@ class ImageGridWidget(QtWidgets.QWidget):
                 view.set_image(env, tile)
             view.resize(min(t.width + 16, 1200), min(t.height + 48, 900))
         view.show()
+        if first:  # over the grid's centre (without a window manager it opened at 0,0, over the menu bar)
+            centre = self.mapToGlobal(self.rect().center())
+            view.move(centre.x() - view.width() // 2, centre.y() - view.height() // 2)
         view.raise_()
         return view
 
