@@ -316,9 +316,7 @@ def test_single_env_view_follows_selection_and_frames(grid_widget, solid_images)
     assert view.isVisible() and view.env == 2
     # Over the grid's centre at first (it opened at 0,0 over the menu bar without a window manager).
     centre = grid_widget.mapToGlobal(grid_widget.rect().center())
-    assert (
-        abs(view.geometry().center().x() - centre.x()) <= 2 and abs(view.geometry().center().y() - centre.y()) <= 2
-    )
+    assert abs(view.geometry().center().x() - centre.x()) <= 2 and abs(view.geometry().center().y() - centre.y()) <= 2
     np.testing.assert_array_equal(view.image_item.image, images[2])
     images[2] = 7
     grid_widget.set_frame(images)
