@@ -1311,7 +1311,9 @@ class PlotsPanel(QtWidgets.QWidget):
         except LuckyMonitorError as exc:
             self.status_label.setText(str(exc))
         else:
-            self.status_label.setText(f"wrote {rows} rows to {os.path.basename(path)}")
+            name = os.path.basename(path)  # whole in the tooltip; shorter forms where the toolbar is narrow
+            self.status_label.setText(f"wrote {rows} rows to {name}", f"wrote {rows} rows", "✓ CSV")
+            self.status_label.setToolTip(f"wrote {rows} rows to {path}")
 
     def _export_png_clicked(self) -> None:
         path = self._ask_path("Export PNG", "plots.png", "PNG images (*.png)")
@@ -1322,4 +1324,5 @@ class PlotsPanel(QtWidgets.QWidget):
         except LuckyMonitorError as exc:
             self.status_label.setText(str(exc))
         else:
-            self.status_label.setText(f"wrote {os.path.basename(path)}")
+            self.status_label.setText(f"wrote {os.path.basename(path)}", "wrote PNG", "✓ PNG")
+            self.status_label.setToolTip(f"wrote {path}")

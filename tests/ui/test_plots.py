@@ -373,8 +373,12 @@ def test_export_buttons_use_a_file_dialog(panel: PlotsPanel, tmp_path, monkeypat
     panel.csv_button.click()
     assert (tmp_path / "a.csv").stat().st_size > 0
     assert "wrote 30 rows" in panel.status_label.text()
+    assert panel.status_label.toolTip() == f"wrote 30 rows to {tmp_path / 'a.csv'}"  # the whole path
+    panel.status_label.resize(QtGui.QFontMetrics(panel.status_label.font()).horizontalAdvance("wrote 30 rows") + 4, 20)
+    assert panel.status_label.shown_text() == "wrote 30 rows"  # narrow: the count whole, not "wrote 3…"
     panel.png_button.click()
     assert not QtGui.QImage(str(tmp_path / "a.png")).isNull()
+    assert panel.status_label.toolTip() == f"wrote {tmp_path / 'a.png'}"
     panel.csv_button.click()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "a.png"]
     panel.csv_button.click()
