@@ -811,8 +811,7 @@ class ImageGridWidget(QtWidgets.QWidget):
 
         # Plain text (errors are shown as they are); a new counter repaints the line, never the window's layout.
         self.status_label = TextLine("no images", tooltip_is_text=True)
-        self.hover_label = QtWidgets.QLabel("")
-        self.hover_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.hover_label = TextLine(tooltip_is_text=True)  # shorter forms where the dock is narrow
         for label in (self.status_label, self.hover_label):
             # A minimum of its own, so the text's width is not the layout's minimum: counters that gain
             # digits or a long readout must not widen the window (past a 1280 px screen). Cut, not wrapped,
@@ -1249,7 +1248,14 @@ class ImageGridWidget(QtWidgets.QWidget):
         if text == self._hover_text:
             return
         self._hover_text = text
-        self.hover_label.setText(text)
+        # Narrow (at 1280x800 with swap on it read "… (R↔B swap"): without the display note, then without the
+        # stored value; the whole readout in the tooltip.
+        forms = [text]
+        for cut in ("  (", "  stored "):
+            head = forms[-1].split(cut)[0]
+            if head != forms[-1]:
+                forms.append(head)
+        self.hover_label.setText(*forms)
         self.hover_changed.emit(text)
 
     def _on_mouse_moved(self, pos: QtCore.QPointF) -> None:

@@ -928,3 +928,20 @@ def test_a_pan_under_a_resting_pointer_reads_the_pixel_now_under_it(grid_widget,
     under = grid_widget.view_box.mapSceneToView(grid_widget.graphics.mapToScene(drop))
     assert grid_widget.readout_at(under.x(), under.y()).startswith("env 1 ")  # the pan moved env 1 under the pointer
     assert grid_widget.hover_label.text() == grid_widget.readout_at(under.x(), under.y())
+
+
+def test_a_narrow_readout_drops_its_note_then_the_stored_value(grid_widget):
+    """Seen at 1280x800 with swap on: "…stored rgb(181, 150, 178)  (R↔B swap" cut at the dock's edge."""
+    text = "env 4  x 3 y 7  shown rgb(200, 20, 10)  stored rgb(10, 20, 200)  (R↔B swapped for display)"
+    grid_widget._set_hover_text(text)
+    line = grid_widget.hover_label
+    assert line.text() == line.toolTip() == text
+    metrics = QtGui.QFontMetricsF(line.font())
+    height = line.sizeHint().height()
+    for form in (
+        text,
+        "env 4  x 3 y 7  shown rgb(200, 20, 10)  stored rgb(10, 20, 200)",
+        "env 4  x 3 y 7  shown rgb(200, 20, 10)",
+    ):
+        line.resize(math.ceil(metrics.horizontalAdvance(form)) + 1, height)
+        assert line.shown_text() == form
