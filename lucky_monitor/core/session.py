@@ -1749,7 +1749,7 @@ class MonitorSession:
         elif acts is None:
             act_note = "waiting for the engine's turn (actions are read only then)"
         else:
-            act_note = f"read in the engine's turn: actions of frame {acts.frame_seq}"
+            act_note = "read in the engine's turn"  # the frame is said before it (it said the number twice)
         seq = (prev.seq if prev is not None else 0) + 1
         names_from = "GetAgentSchema" if self._names_from_schema else "indices"
         self._inspector = InspectorFrame(seq, obs, acts, obs_note, act_note, names_from, self._gpu_note)

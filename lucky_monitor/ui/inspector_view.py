@@ -122,6 +122,8 @@ class InspectorView(QtWidgets.QWidget):
         self.note_label.setTextFormat(Qt.TextFormat.PlainText)
         self.note_label.setWordWrap(True)
         self.note_label.setStyleSheet(f"color: {pal.DIM};")
+        # Two lines kept: switching the region to actions (a longer note) moved the tabs under the pointer.
+        self.note_label.setMinimumHeight(2 * self.note_label.fontMetrics().lineSpacing())
 
         # --- plots: per-dim statistics and the heatmap
         pg.setConfigOptions(antialias=False)

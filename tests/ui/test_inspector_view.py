@@ -72,6 +72,8 @@ def test_view_of_hand_made_ticks_lists_alarms_newest_first_and_repaints_only_on_
         widest = max(metrics.horizontalAdvance(view.table.item(r, col).text()) for r in range(4))
         assert view.table.columnWidth(col) >= widest, col
     assert "names: GetAgentSchema" in view.note_label.text()
+    # Two lines kept for the note: the actions' longer one moved the tabs under the pointer.
+    assert view.note_label.minimumHeight() >= 2 * view.note_label.fontMetrics().lineSpacing()
     n = view.repaints
     for _ in range(5):
         view.apply(dataclasses.replace(tick, alarms=sc.state()))
