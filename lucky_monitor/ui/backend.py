@@ -748,7 +748,9 @@ class MonitorBackend(QObject):
         self._set(
             clientPid=float(live.client_pid),
             trainerAlive=bool(tick.trainer_alive),
-            engineState=EngineState.name_of(live.engine_state),
+            # The field as the engine last wrote it: stopped, it still reads "running" (its heartbeat says more).
+            engineState=EngineState.name_of(live.engine_state)
+            + (" (last written)" if tick.state is LinkState.STALLED else ""),
             heartbeatAge=_DASH if age is None else ("< 0.5 s" if age < 0.5 else f"{age:.1f} s"),
             framesPerSec=_rate(tick.rates.frames_per_s),
             imagesPerSec=_rate(tick.rates.images_per_s),

@@ -661,6 +661,17 @@ def test_switches_and_the_mode_follow_the_engine_at_once_whatever_the_panels_ref
     assert b.value("frameSeq") != "999"  # the live facts still wait for their refresh
 
 
+def test_a_stalled_engines_state_reads_as_last_written(qapp) -> None:
+    """Seen: "stalled for 9 s" in the title beside "engine  running · pid N" in the panel (a SIGSTOPped engine)."""
+    b = MonitorBackend(StandInSession())
+    b.apply(attached_tick(t=1.0, live=live_fields(engine_state=1)))
+    assert b.value("engineState") == "running"
+    b.apply(attached_tick(t=5.0, state=LinkState.STALLED, text="stalled for 3 s", live=live_fields(engine_state=1)))
+    assert b.value("engineState") == "running (last written)"
+    b.apply(attached_tick(t=9.0, live=live_fields(engine_state=1)))
+    assert b.value("engineState") == "running"
+
+
 def test_slots_call_the_session_and_mark_pending(qapp) -> None:
     s = StandInSession()
     b = MonitorBackend(s)
