@@ -128,20 +128,16 @@ def _left_by_a_dead_engine(args: argparse.Namespace, exc: LuckyMonitorError) -> 
     if not isinstance(name, str) or not name:
         return None
     from .transport.discovery import pid_alive
-    from .transport.shm import shm_path, validate_name
+    from .transport.shm import peek_header
 
     try:
-        with open(shm_path(validate_name(name)), "rb") as f:
-            raw = f.read(12)
-    except (OSError, ValueError, LuckyMonitorError):
-        return None
-    if len(raw) < 12:
-        return None
-    magic, _, pid = (int.from_bytes(raw[i : i + 4], "little") for i in (0, 4, 8))
-    if magic != hdr.MAGIC or pid <= 0 or pid_alive(pid):
+        h = Header.unpack(peek_header(name)[0])  # unchecked: the check is what failed
+    except LuckyMonitorError:
+        return None  # gone, unreadable, or too short to hold a header
+    if h.magic != hdr.MAGIC or h.server_pid <= 0 or pid_alive(h.server_pid):
         return None
     return UnavailableError(
-        f"{name}: engine exited (engine pid {pid} is gone; the segment it left fails the header check: {exc})"
+        f"{name}: engine exited (engine pid {h.server_pid} is gone; the segment it left fails the header check: {exc})"
     )
 
 

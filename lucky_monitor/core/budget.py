@@ -119,13 +119,15 @@ class Rates:
         seen = POLL_HZ if published_hz is None else min(POLL_HZ, max(0.0, published_hz))
         return min(self.images_share * seen, self.images_hz)
 
+    def images_text(self) -> str:
+        """``images 30 Hz``; a share of the images uncapped: ``images 95 %``."""
+        if self.images_hz >= POLL_HZ and self.images_share < 1.0:
+            return f"images {self.images_share * 100:g} %"
+        return f"images {self.images_hz:g} Hz"
+
     def text(self) -> str:
         """``images 30 Hz · plots 5 Hz · panel 10 Hz``; a share of the images uncapped: ``images 95 %``."""
-        if self.images_hz >= POLL_HZ and self.images_share < 1.0:
-            images = f"images {self.images_share * 100:g} %"
-        else:
-            images = f"images {self.images_hz:g} Hz"
-        return f"{images} · plots {self.plots_hz:g} Hz · panel {self.panel_hz:g} Hz"
+        return f"{self.images_text()} · plots {self.plots_hz:g} Hz · panel {self.panel_hz:g} Hz"
 
 
 #: Rungs from the full rates to the floor (images ≥ 1 Hz, plots and panels ≥ 0.25 Hz). Every
@@ -442,9 +444,12 @@ class CpuBudget:
         cpu = f"CPU {usage} % of {self.effective_pct:g} %" if self.limited else f"CPU {usage} % (no budget)"
         head = cpu + (" (machine busy)" if self.limited and self.machine_busy else "")
         tail = " · over budget at the lowest rates" if self.over_budget else ""
-        rates = self.rates.text()
         short_tail = " · over budget" if self.over_budget else ""
-        return (f"{head} · {rates}{tail}", f"{cpu} · {rates.split(' · ')[0]}{short_tail}", f"{cpu}{short_tail}")
+        return (
+            f"{head} · {self.rates.text()}{tail}",
+            f"{cpu} · {self.rates.images_text()}{short_tail}",
+            f"{cpu}{short_tail}",
+        )
 
 
 def _percentile(xs: list[float], q: float) -> float | None:
