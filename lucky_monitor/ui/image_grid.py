@@ -217,6 +217,15 @@ class _EnvLabels(QtWidgets.QGraphicsItem):
         self.last_drawn = drawn
 
 
+def _set_pen(item: QtWidgets.QGraphicsRectItem, colour: str, width: float, style: Qt.PenStyle) -> None:
+    """A cosmetic pen (``width`` device pixels at any zoom) on ``item``, set only when it differs (a change repaints)."""
+    pen = QtGui.QPen(QtGui.QColor(colour), width)
+    pen.setCosmetic(True)
+    pen.setStyle(style)
+    if item.pen() != pen:
+        item.setPen(pen)
+
+
 class ImageSurface(QtWidgets.QGraphicsObject):
     """Pixels on screen: an ``(h, w, 3|4)`` uint8 RGB(A) array drawn into a rectangle of the view.
 
@@ -749,10 +758,8 @@ class ImageGridWidget(QtWidgets.QWidget):
         self.labels = _EnvLabels(label_min_px, max_labels)
         self.labels.setZValue(10)
         self.view_box.addItem(self.labels, ignoreBounds=True)
-        pen = QtGui.QPen(QtGui.QColor(pal.SELECTION), 2)
-        pen.setCosmetic(True)
+        # The primary selection's frame: solid, in its env's colour (set with the selection, _place_highlight).
         self.highlight = QtWidgets.QGraphicsRectItem()
-        self.highlight.setPen(pen)
         self.highlight.setBrush(Qt.BrushStyle.NoBrush)
         self.highlight.setZValue(20)
         self.highlight.setVisible(False)
@@ -1354,14 +1361,13 @@ class ImageGridWidget(QtWidgets.QWidget):
             )
 
     def _place_highlight(self) -> None:
+        """Frame every selected env in its colour (:func:`~lucky_monitor.ui.palette.env_colour` of its place in
+        the selection: its curve's in the plots): the primary solid, the others dashed."""
         t, env = self.tiler, self._selected
+        slots = {e: i for i, e in enumerate(self._selection)}
         others = [e for e in self._selection if e != env]
         while len(self._extra_highlights) < len(others):
             item = QtWidgets.QGraphicsRectItem()
-            pen = QtGui.QPen(QtGui.QColor(255, 210, 0, 170), 1.5)
-            pen.setCosmetic(True)
-            pen.setStyle(Qt.PenStyle.DashLine)
-            item.setPen(pen)
             item.setBrush(Qt.BrushStyle.NoBrush)
             item.setZValue(19)
             self.view_box.addItem(item, ignoreBounds=True)
@@ -1372,12 +1378,14 @@ class ImageGridWidget(QtWidgets.QWidget):
                 continue
             x0, y0 = t.tile_origin(others[i])
             item.setRect(QtCore.QRectF(x0, y0, t.width, t.height))
+            _set_pen(item, pal.env_colour(slots[others[i]]), 1.5, Qt.PenStyle.DashLine)
             item.setVisible(True)
         if t is None or env is None:
             self.highlight.setVisible(False)
             return
         x0, y0 = t.tile_origin(env)
         self.highlight.setRect(QtCore.QRectF(x0, y0, t.width, t.height))
+        _set_pen(self.highlight, pal.env_colour(slots.get(env, 0)), 2.0, Qt.PenStyle.SolidLine)
         self.highlight.setVisible(True)
 
     # ------------------------------------------------------------ single env view

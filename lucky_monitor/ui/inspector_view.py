@@ -350,7 +350,7 @@ class InspectorView(QtWidgets.QWidget):
             shown = np.isfinite(values)
             dx.append(x[shown] - 0.4 + step * (i + 0.5))
             dy.append(values[shown])
-            brushes += [pg.mkBrush(pal.ENV_COLOURS[i % len(pal.ENV_COLOURS)])] * int(shown.sum())
+            brushes += [pg.mkBrush(pal.env_colour(i))] * int(shown.sum())
         if k:
             self.dots.setData(x=np.concatenate(dx), y=np.concatenate(dy), brush=brushes)
         else:

@@ -38,7 +38,6 @@ __all__ = [
     "MEAN",
     "MID",
     "MIDLIGHT",
-    "SELECTION",
     "SHADOW",
     "SURFACE",
     "TEXT",
@@ -47,6 +46,7 @@ __all__ = [
     "WARN",
     "WINDOW",
     "Palette",
+    "env_colour",
     "rgba",
 ]
 
@@ -77,7 +77,6 @@ HIGHLIGHT = "#2f6fbf"  # selected items
 DISABLED_HIGHLIGHT = "#3a4a5e"
 ENGINE = ACCENT  # the engine's share of a lock-step turn
 TRAINER = "#c792ea"  # the trainer's share
-SELECTION = "#ffd200"  # the selected env's frame in the image grid
 
 # --- status
 GOOD = "#4cd07d"
@@ -89,16 +88,19 @@ BAND = "#5a8cff"  # reward band (percentile or min-max)
 MEAN = "#f0f0f0"  # reward mean
 DONES = "#ff7850"
 TRUNCATEDS = "#78dc78"
-#: Distinct colours of the selected envs' curves, in selection order.
+#: Distinct colours of the selected envs, in selection order: each env's curve in the rewards plot, its
+#: frame in the image grid and its dots in the Inspector, so a curve is told to the tile it comes from.
+#: None near a data series' own colour (the band's blue, the mean's white, the dones' orange, the
+#: truncateds' green): a selected env's curve is never read as a series.
 ENV_COLOURS: tuple[str, ...] = (
-    "#e6194b",
-    "#3cb44b",
-    "#ffe119",
-    "#4363d8",
-    "#f58231",
-    "#911eb4",
-    "#46f0f0",
-    "#f032e6",
+    "#e6194b",  # red
+    "#ffe119",  # yellow
+    "#46f0f0",  # cyan
+    "#f032e6",  # magenta
+    "#d2a56e",  # tan
+    "#fabebe",  # pink
+    "#b39ddb",  # lavender
+    "#bcbd22",  # olive
 )
 
 #: Every single colour above, by its QML name (the :class:`Palette` properties).
@@ -122,7 +124,6 @@ COLOURS: dict[str, str] = {
     "disabledHighlight": DISABLED_HIGHLIGHT,
     "engine": ENGINE,
     "trainer": TRAINER,
-    "selection": SELECTION,
     "good": GOOD,
     "warn": WARN,
     "bad": BAD,
@@ -150,6 +151,11 @@ def rgba(colour: str, alpha: int = 255) -> tuple[int, int, int, int]:
     if len(colour) != 7 or colour[0] != "#":
         raise ValueError(f"expected #rrggbb, got {colour!r}")
     return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16), alpha
+
+
+def env_colour(slot: int) -> str:
+    """The colour of the ``slot``-th selected env (in selection order; the colours repeat after :data:`ENV_COLOURS`)."""
+    return ENV_COLOURS[slot % len(ENV_COLOURS)]
 
 
 def _colour(name: str) -> Property:
@@ -189,7 +195,6 @@ class Palette(QObject):
     disabledHighlight = _colour("disabledHighlight")
     engine = _colour("engine")
     trainer = _colour("trainer")
-    selection = _colour("selection")
     good = _colour("good")
     warn = _colour("warn")
     bad = _colour("bad")

@@ -55,7 +55,6 @@ from .text_line import TextLine
 
 __all__ = [
     "BAND_MODES",
-    "SELECTED_COLOURS",
     "WINDOW_CHOICES",
     "BandFill",
     "ExportError",
@@ -84,8 +83,6 @@ RASTER_DISPLAY_ROWS = 4096
 LEGEND_MAX_COLUMNS = 6
 #: Band modes: (key, label).
 BAND_MODES: tuple[tuple[str, str], ...] = (("percentile", "p10–p90"), ("minmax", "min–max"))
-#: Distinct colours of the selected envs' curves, in selection order.
-SELECTED_COLOURS: tuple[str, ...] = pal.ENV_COLOURS
 _SAMPLES_TEXT = "values are samples: {n} frame{s} skipped in this window ({cause})"
 _SAMPLES_TIP = (
     "{n} frame{s} skipped in the window shown, because {cause}: the curves and the raster are samples "
@@ -1087,7 +1084,7 @@ class PlotsPanel(QtWidgets.QWidget):
             self.reward_plot.removeItem(curve)
         self._selected_curves = {}
         for slot, env in enumerate(envs):
-            colour = SELECTED_COLOURS[slot % len(SELECTED_COLOURS)]
+            colour = pal.env_colour(slot)
             curve = pg.PlotDataItem(pen=pg.mkPen(colour, width=1), name=f"env {env}")
             curve.setDownsampling(auto=False)
             curve.setClipToView(False)

@@ -510,7 +510,17 @@ def test_set_selection_highlights_every_env(grid_widget, solid_images, qtbot):
     assert grid_widget.highlight.pen().style() == QtCore.Qt.PenStyle.SolidLine
     (extra,) = extras()
     assert extra.rect() == rect_of(1) and extra.pen().style() == QtCore.Qt.PenStyle.DashLine
+    # Each frame in its env's colour by its place in the selection: the colour of its curve in the plots.
+    assert extra.pen().color().name() == pal.env_colour(0).lower()
+    assert grid_widget.highlight.pen().color().name() == pal.env_colour(1).lower()
     settle(grid_widget)
+    top = QtCore.QPointF(rect_of(3).center().x(), rect_of(3).top())
+    edge = grid_widget.graphics.mapFromScene(grid_widget.view_box.mapViewToScene(top))
+    shown = QtGui.QColor(*viewport_rgb(grid_widget, edge))
+    assert shown.name() == pal.env_colour(1).lower(), "the primary frame on screen"
+    grid_widget.set_selection((3, 1))  # the same envs, 3 first: the colours follow the places
+    assert grid_widget.highlight.pen().color().name() == pal.env_colour(1).lower()  # env 1, second
+    assert extras()[0].pen().color().name() == pal.env_colour(0).lower()  # env 3, first
 
     grid_widget.set_selection((2,))
     assert grid_widget.highlight.rect() == rect_of(2) and extras() == []
@@ -721,7 +731,7 @@ def test_canvas_overlays_follow_selection_zoom_and_resize(grid_widget, solid_ima
     t = grid_widget.tiler
     x0, y0 = t.tile_origin(4)
     edge = grid_widget.graphics.mapFromScene(grid_widget.view_box.mapViewToScene(QtCore.QPointF(x0 + 16, y0)))
-    selection = QtGui.QColor(pal.SELECTION)
+    selection = QtGui.QColor(pal.env_colour(0))  # the one selected env's colour
     assert viewport_rgb(grid_widget, edge) == (selection.red(), selection.green(), selection.blue())
     renders = canvas.overlay_renders
     grid_widget.view_box.setRange(QtCore.QRectF(0, 0, 40, 40), padding=0)

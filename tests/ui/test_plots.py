@@ -13,8 +13,8 @@ import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from lucky_monitor.core.history import History, HistoryError
+from lucky_monitor.ui import palette as pal
 from lucky_monitor.ui.plots import (
-    SELECTED_COLOURS,
     BandFill,
     ExportError,
     PlotsPanel,
@@ -88,12 +88,10 @@ def test_selected_envs_are_overlaid_with_a_legend(panel: PlotsPanel) -> None:
     view = history.window(panel.window_seconds, raster=False)
     labels = [label.text for _, label in panel.legend.items]
     assert {"env 5", "env 0", "env 9", "mean"} <= set(labels)
-    colours = set()
-    for env in (5, 0, 9):
+    for slot, env in enumerate((5, 0, 9)):
         curve = panel._selected_curves[env]
         np.testing.assert_array_equal(curve_xy(curve)[1], view.selected[env])
-        colours.add(curve.opts["pen"].color().name())
-    assert colours == {c.lower() for c in SELECTED_COLOURS[:3]}
+        assert curve.opts["pen"].color().name() == pal.env_colour(slot).lower()  # the grid frames it in this colour
     history.set_selected([9])
     panel.update_view()
     assert list(panel._selected_curves) == [9]
