@@ -636,7 +636,11 @@ class MainWindow(QtWidgets.QMainWindow):
             self.rate_label.setText("")
             self.rate_label.setToolTip("")
         # Paused, the budget's rates are not what is shown: the status bar says the display is frozen instead.
-        budgets = ("display paused (Space resumes)",) if self._paused else self.budget.texts()
+        # With no segment there is nothing to paint at the rates: the window's own CPU and its budget only.
+        if self._paused:
+            budgets: tuple[str, ...] = ("display paused (Space resumes)",)
+        else:
+            budgets = self.budget.texts() if tick.header is not None else self.budget.texts()[-1:]
         budget = budgets[0]
         if budget != self.budget_label.text():
             self.budget_label.setText(*budgets)

@@ -405,6 +405,17 @@ def test_status_bar_shows_the_budget_and_the_rates_in_force(qtbot, engine, windo
     assert re.fullmatch(rf"CPU [\d.]+ % of {budget} · {rates}( · over budget.*)?", text), text
 
 
+def test_with_no_segment_the_status_bar_shows_the_budget_without_rates(qtbot, window):
+    """Seen: 'images 60 Hz · plots 10 Hz · panel 10 Hz' in the status bar with nothing attached to show."""
+    import re
+
+    win = window("LuckyEngine_nobody_here")
+    qtbot.waitUntil(lambda: win.last_tick is not None and win.budget.usage_pct is not None, timeout=5000)
+    win._update_status(_t(win))
+    assert re.fullmatch(r"CPU [\d.]+ % of [\d.]+ %( \(machine busy\))?( · over budget)?", win.budget_label.text())
+    assert "images" not in win.budget_label.text() and "images" not in win.budget_label.toolTip().split("\n")[0]
+
+
 def test_panels_do_not_render_when_nothing_changed(qtbot, window):
     from lucky_monitor.ui.qml_host import frames_rendered
 
