@@ -370,7 +370,9 @@ class InspectorView(QtWidgets.QWidget):
             self.dim_plot.setXRange(-0.6, d - 0.4, padding=0)
             self.heat_plot.setYRange(0, rows * s.band, padding=0)
         self.heat_image.setRect(QtCore.QRectF(-0.5, 0, d, rows * s.band))
-        self._set_dim_title(", ".join(f"env {e}" for e in s.envs) if s.envs else "none (click a tile)")
+        # Each env named in its dots' colour (its frame's in the grid, its curve's in the plots).
+        named = (f'<span style="color: {pal.env_colour(i)}">env {e}</span>' for i, e in enumerate(s.envs))
+        self._set_dim_title(", ".join(named) if s.envs else "none (click a tile)")
 
     def _set_dim_title(self, dots: str) -> None:
         """The per-dim plot's title, in two short lines; set only when it changes (a new title re-lays out)."""

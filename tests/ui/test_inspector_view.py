@@ -6,12 +6,14 @@ import dataclasses
 import time
 
 import numpy as np
+import pyqtgraph as pg
 import pytest
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from lucky_monitor.core.inspector import AlarmScanner, region_stats
 from lucky_monitor.core.session import InspectorFrame
 from lucky_monitor.transport.shm import platform_kind
+from lucky_monitor.ui import palette as pal
 from tests.ui.ticks import attached_tick, small_header
 
 pytestmark = pytest.mark.timeout(120)
@@ -202,4 +204,19 @@ def test_each_dim_is_a_box_and_the_selected_envs_are_dots(qtbot) -> None:
     dots = view.dots.data
     assert len(dots) == 2 * 3  # envs 1 and 2 (frame_with selects them), three finite dims each
     np.testing.assert_allclose(sorted(dots["y"][:3]), obs[1, [0, 1, 3]])
-    assert "dots: env 1, env 2" in view.dim_plot.titleLabel.text
+    # each env named in its dots' colour (the grid frames it, and the plots draw its curve, in the same one)
+    label = QtGui.QTextDocument()
+    label.setHtml(view.dim_plot.titleLabel.text)
+    assert "dots: env 1, env 2" in label.toPlainText()
+    colours = {}
+    block = label.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            frag = it.fragment()
+            if frag.text().startswith("env "):
+                colours[frag.text()] = frag.charFormat().foreground().color().name()
+            it += 1
+        block = block.next()
+    assert colours == {"env 1": pal.env_colour(0).lower(), "env 2": pal.env_colour(1).lower()}
+    assert [pg.mkBrush(pal.env_colour(0)).color().name()] * 3 == [b.color().name() for b in dots["brush"][:3]]
