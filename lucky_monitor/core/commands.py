@@ -170,7 +170,10 @@ class CommandClient:
             sent = self._pending.pop(env.correlation_id, None)
             if sent is None:
                 continue  # a reply to a request we already timed out
-            out.append(Reply(sent[0], env.correlation_id, env, now - sent[1], env.error_message or None))
+            # Timed when it is in hand: one that arrived after `now` was read (during this drain) is not a
+            # round trip of almost nothing.
+            rtt = max(now, self.clock()) - sent[1]
+            out.append(Reply(sent[0], env.correlation_id, env, rtt, env.error_message or None))
         for cid, (method, t0) in list(self._pending.items()):
             if now - t0 > self.timeout_s:
                 del self._pending[cid]

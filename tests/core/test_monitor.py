@@ -365,6 +365,25 @@ def test_command_client_and_traffic_tap(engine):
             client.request(m.MethodId.GetServicesReq, m.GetServicesReq(), timeout_s=0.2)
 
 
+def test_a_reply_that_arrives_while_the_ring_is_drained_is_timed_when_it_is_in_hand(engine):
+    """Seen: `draw` printed 'round trip 0.00 ms': the clock was read before the reply ring was popped."""
+    clock = Clock()
+    with ToolsChannel.claim(engine.name) as ch:
+        client = CommandClient(ch, timeout_s=2.0, clock=clock)
+        cid = client.send(m.MethodId.GetServicesReq, m.GetServicesReq())
+        pop = ch.s2c.pop
+
+        def late_pop():  # the engine answers 7 ms after the send, just as the poll looks at the ring
+            clock.t += 0.007
+            engine.serve_commands()
+            return pop()
+
+        ch.s2c.pop = late_pop
+        (reply,) = client.poll()
+        assert reply.correlation_id == cid and reply.ok
+        assert reply.rtt_s == pytest.approx(0.007)
+
+
 def test_traffic_tap_survives_garbage(engine):
     core = MonitorCore(engine.name)
     core.poll()
