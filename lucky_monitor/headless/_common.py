@@ -39,6 +39,11 @@ def grid_columns(num_envs: int) -> int:
     return max(1, math.isqrt(num_envs - 1) + 1) if num_envs > 0 else 1
 
 
+#: A hopeless state (:func:`hopeless`) ends a wait only this long after the wait began: the first polls
+#: of an attach may read a moment's state.
+HOPELESS_GRACE_S = 1.0
+
+
 def wait_for(
     session: MonitorSession,
     until: Callable[[Tick], bool],
@@ -48,7 +53,7 @@ def wait_for(
     period_s: float = 1.0 / 60.0,
     clock: Callable[[], float] = time.monotonic,
     hopeless: Callable[[Tick], bool] | None = None,
-    grace_s: float = 1.0,
+    grace_s: float = HOPELESS_GRACE_S,
 ) -> Tick:
     """Step ``session`` at ``period_s`` until ``until(tick)``; after ``timeout_s`` raise, saying ``what`` was missing.
 
@@ -84,6 +89,11 @@ TIMEOUT_ARG = seconds_between(0.01, 3600)
 _HOPELESS = (LinkState.ENGINE_EXITED, LinkState.INCOMPATIBLE)
 
 
+def hopeless(tick: Tick) -> bool:
+    """Whether waiting will not change ``tick``'s state: a dead engine's segment, or one failing the header check."""
+    return tick.state in _HOPELESS
+
+
 def attach(session: MonitorSession, timeout_s: float) -> Tick:
     """Step until the session is attached to its segment; the first attached Tick."""
     name = session.name or "a live segment"
@@ -92,7 +102,7 @@ def attach(session: MonitorSession, timeout_s: float) -> Tick:
         lambda t: t.header is not None,
         timeout_s,
         f"could not attach to {name}",
-        hopeless=lambda t: t.state in _HOPELESS,  # a dead engine's segment, or one that fails the header check
+        hopeless=hopeless,
     )
 
 

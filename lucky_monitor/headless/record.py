@@ -39,7 +39,7 @@ from ..core.argtypes import ranged, seconds_between
 from ..core.outputs import check_output_path
 from ..core.session import MonitorSession
 from ..protocol.errors import LuckyMonitorError, UnavailableError, UsageError
-from ._common import COLS_ARG, ENV_ARG, TIMEOUT_ARG, image_target, require
+from ._common import COLS_ARG, ENV_ARG, HOPELESS_GRACE_S, TIMEOUT_ARG, hopeless, image_target, require
 
 __all__ = ["RecordStats", "add_record_arguments", "even_frame", "record", "run_record"]
 
@@ -152,14 +152,18 @@ def record(
         return session.snapshot(env, columns=None if env is not None else cols, gap=None if env is not None else 0)
 
     first: np.ndarray | None = None
-    deadline = clock() + timeout_s
+    began = clock()
+    deadline = began + timeout_s
     while first is None:
         tick = session.step(clock())
         if tick.live is not None and tick.live.image_seq >= 2:
             first = copy()
         if first is None:
+            why = f" ({tick.reason})" if tick.reason else ""
             if clock() >= deadline or stop["now"]:
-                raise UnavailableError(f"no consistent copy of the images within {timeout_s:g} s: {tick.text}")
+                raise UnavailableError(f"no consistent copy of the images within {timeout_s:g} s: {tick.text}{why}")
+            if clock() - began >= HOPELESS_GRACE_S and hopeless(tick):  # an engine dead inside a write: for good
+                raise UnavailableError(f"no consistent copy of the images: {tick.text}{why}")
             time.sleep(1 / 60)
     last_seq = tick.live.image_seq if tick.live is not None else 0
     frame = even_frame(first)

@@ -22,7 +22,7 @@ from ..core.outputs import check_output_path
 from ..core.session import MonitorSession
 from ..protocol.errors import UsageError
 from ..sim.font import render_text
-from ._common import COLS_ARG, ENV_ARG, TIMEOUT_ARG, image_target, wait_for
+from ._common import COLS_ARG, ENV_ARG, TIMEOUT_ARG, hopeless, image_target, wait_for
 from .png import write_png
 
 __all__ = ["LABEL_GAP", "add_snapshot_arguments", "label_tiles", "run_snapshot", "take_snapshot"]
@@ -88,6 +88,7 @@ def take_snapshot(
         lambda t: t.live is not None and t.live.image_seq >= 2,
         timeout_s,
         "no image was published (image_seq 0)",
+        hopeless=hopeless,
     )
     shot: list[np.ndarray] = []
 
@@ -97,7 +98,9 @@ def take_snapshot(
             shot.append(img)
         return bool(shot)
 
-    wait_for(session, copied, timeout_s, "no consistent copy of the images (the engine never paused writing them)")
+    # An engine that dies inside a write leaves its images torn for good: said a second after, not at the timeout.
+    what = "no consistent copy of the images (the engine never paused writing them)"
+    wait_for(session, copied, timeout_s, what, hopeless=hopeless)
     out = shot[0]
     if labels:
         h = tick.header

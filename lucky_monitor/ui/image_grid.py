@@ -218,7 +218,7 @@ class _EnvLabels(QtWidgets.QGraphicsItem):
 
 
 def _set_pen(item: QtWidgets.QGraphicsRectItem, colour: str, width: float, style: Qt.PenStyle) -> None:
-    """A cosmetic pen (``width`` device pixels at any zoom) on ``item``, set only when it differs (a change repaints)."""
+    """A cosmetic pen (``width`` device pixels at any zoom) on ``item``, set only when it differs (it repaints)."""
     pen = QtGui.QPen(QtGui.QColor(colour), width)
     pen.setCosmetic(True)
     pen.setStyle(style)

@@ -220,3 +220,36 @@ def test_a_dead_engines_segment_is_refused_without_waiting_out_the_timeout(segme
         err == f"lucky-monitor: error: could not attach to {seg.name}: engine exited (engine pid {child.pid} is gone)"
     )
     assert not out.exists()
+
+
+@linux_only
+@pytest.mark.parametrize("command", ["snapshot", "record"])
+def test_an_engine_that_dies_inside_an_image_write_is_said_without_waiting_out_the_timeout(
+    segment_factory, tmp_path, capsys, command
+) -> None:
+    """Seen: `snapshot`/`record` waited their whole --timeout for a consistent copy after the engine had died
+    inside a write, then said "engine exited"; now a second or so after it died."""
+    import subprocess
+    import sys
+    import threading
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        seg = segment_factory(image=(8, 6, 3), server_pid=child.pid)
+        seg.set("heartbeat_ns", time.monotonic_ns())
+        seg.set("image_seq", 3)  # odd: inside a write, for good
+        killer = threading.Timer(1.5, child.kill)
+        killer.start()
+        out = tmp_path / ("x.png" if command == "snapshot" else "x.mp4")
+        t0 = time.monotonic()
+        argv = [command, seg.name, "-o", str(out), "--timeout", "600"]
+        argv += ["--seconds", "5"] if command == "record" else []
+        assert main(argv) == 5
+        assert time.monotonic() - t0 < 60  # not the 600 s asked for
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("lucky-monitor: error: no consistent copy of the images"), err
+        assert err.endswith(f"engine exited (engine pid {child.pid} is gone)"), err
+        assert not out.exists()
+    finally:
+        child.kill()
+        child.wait()
