@@ -918,6 +918,7 @@ def run_live_probe(
     UnavailableError
         The segment could not be attached, or went away during the probe.
     """
+    from ..transport.discovery import pid_alive
     from ..transport.shm import Segment
     from ..transport.tools import tools_owner
     from .monitor import LinkState
@@ -960,6 +961,11 @@ def run_live_probe(
                 probe.sample()
             finally:
                 gone = seg.still_valid()
+                engine = seg.header.server_pid
+                if gone is None and engine and not pid_alive(engine):
+                    # Killed mid-probe: what it answered and sampled says nothing of the engine's conformance,
+                    # and there is no engine left to restore anything in.
+                    gone = f"engine exited (engine pid {engine} is gone)"
                 if gone is None:
                     interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)
                     try:

@@ -526,6 +526,34 @@ def test_ctrl_c_in_the_middle_still_restores_the_engine_and_releases_the_channel
         assert tools_owner(seg) == 0
 
 
+@pytest.mark.timeout(120)
+def test_an_engine_killed_during_the_live_check_is_said_so_not_failed(subprocess_env) -> None:
+    """Seen: SIGKILL to the engine 3 s into `check --live` gave exit 1 and 'FAIL C25 heartbeat …' beside
+    'PASS C44 engine left as found'. A dead engine's answers say nothing of its conformance: exit 5."""
+    with engine(subprocess_env, trainer=True) as name, Segment.attach(name) as seg:
+        pid = seg.header.server_pid
+        cmd = [sys.executable, "-m", "lucky_monitor", "check", name, "--live", "--seconds", "4"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env)
+        try:
+            t_end = time.monotonic() + 60
+            while not tools_owner(seg):  # the probe has claimed the channel: it is under way
+                assert proc.poll() is None and time.monotonic() < t_end, "the probe never claimed the channel"
+                time.sleep(0.01)
+            time.sleep(1.5)
+            os.kill(pid, signal.SIGKILL)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == EXIT_UNAVAILABLE, (out, err)
+        assert (
+            err.strip()
+            == f"lucky-monitor: error: {name}: engine exited (engine pid {pid} is gone) during the live check"
+        )
+        assert "PASS" not in out and "FAIL" not in out
+
+
 def test_live_check_of_an_invalid_header_stops_at_the_header(segment_factory, capsys) -> None:
     eng = segment_factory()
     struct.pack_into("<I", eng.buf, OFFSET["num_envs"], 0)
