@@ -369,7 +369,7 @@ class Tick:
     header: Header | None
     live: LiveFields | None
     heartbeat_age_s: float | None
-    engine_alive: bool | None
+    engine_alive: bool | None  # None: not attached, and not known to be gone (False in "engine exited")
     trainer_alive: bool | None  # None: no trainer attached
     rates: Rates
     counters: Counters
@@ -2000,7 +2000,8 @@ class MonitorSession:
             header=self._header,
             live=live,
             heartbeat_age_s=link.heartbeat_age,
-            engine_alive=link.engine_alive,
+            # Detached from a dead engine's segment the link knows no pid, but the state says it is gone.
+            engine_alive=False if st.state is LinkState.ENGINE_EXITED else link.engine_alive,
             trainer_alive=link.trainer_alive,
             rates=link.rates.copy(),
             counters=link.counters.copy(),

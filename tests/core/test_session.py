@@ -154,7 +154,9 @@ def test_counters_results_and_rates_belong_to_one_attach(engines) -> None:
     assert tick.results and tick.results[0].status == "error"
     tick = run(s, engines, lambda t: t.rates.frames_per_s is not None and t.counters.frames_seen > 20, "rates")
     eng.close()
+    assert tick.engine_alive is True
     dead = run(s, [], lambda t: t.state is LinkState.ENGINE_EXITED, "engine exited")
+    assert dead.engine_alive is False  # watch --json said null: the engine is known to be gone
     assert dead.rates.frames_per_s is None and dead.rates.images_per_s is None
     assert dead.live is None and dead.image is None and dead.history is None
     new = ReferenceEngine(config(eng.name), exist_ok=True)
@@ -163,6 +165,7 @@ def test_counters_results_and_rates_belong_to_one_attach(engines) -> None:
         s, engines, lambda t: t.header is not None and t.header.session_id == new.header.session_id, "reattached"
     )
     assert back.counters.frames_seen <= 1 and back.counters.frames_skipped == 0
+    assert back.engine_alive is True
     assert back.results == ()
     assert back.reattached == 1 and back.notice and "reattached" in back.notice
     s.close()
