@@ -110,6 +110,18 @@ class _Parser(argparse.ArgumentParser):
         return ns
 
 
+def _failed_segment(args: argparse.Namespace, exc: LuckyMonitorError) -> str:
+    """``"NAME: "`` before a header failure of the segment a command was pointed at, else nothing.
+
+    The header's rule alone (``magic: 0x06EC88FE, expected …``) did not say
+    which segment failed it.
+    """
+    if not isinstance(exc, HeaderError) or getattr(args, "command", None) == "sim":
+        return ""
+    name = getattr(args, "name", None) or getattr(args, "shm", None)
+    return f"{name}: " if isinstance(name, str) and name and not str(exc).startswith(f"{name}:") else ""
+
+
 def _left_by_a_dead_engine(args: argparse.Namespace, exc: LuckyMonitorError) -> UnavailableError | None:
     """A header failure of a file a dead engine left, told as the engine's exit (as the window tells it).
 
@@ -349,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             if left is not None:
                 _error(str(left))
                 return left.exit_code
-            _error(str(exc))
+            _error(f"{_failed_segment(args, exc)}{exc}")
         return exc.exit_code
     except BrokenPipeError:
         # stdout closed early (e.g. piped into `head`): not an error worth a message.

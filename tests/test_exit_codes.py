@@ -289,7 +289,8 @@ def test_3_header_invalid(shm_name: str, capsys) -> None:
     with open(shm_path(shm_name), "wb") as f:
         f.write(b"\xff" * 8192)
     assert main(["info", shm_name]) == EXIT_HEADER
-    assert "magic" in one_error_line(capsys.readouterr().err)
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"lucky-monitor: error: {shm_name}: magic: "), line  # which segment, then its rule
 
 
 # ----------------------------------------------------------------------------- 4 busy
