@@ -38,6 +38,7 @@ from .protocol.errors import (
     EXIT_OK,
     EXIT_USAGE,
     HeaderError,
+    InvalidSegmentName,
     LuckyMonitorError,
     SegmentNotFound,
     UnavailableError,
@@ -350,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             return _no_subcommand(args, parser)
         return int(run(args) or 0)
     except LuckyMonitorError as exc:
-        if isinstance(exc, UsageError):
+        if isinstance(exc, UsageError | InvalidSegmentName):  # a name given that no segment can have: usage
             # As argparse's own: the subcommand, the message, where its usage is (a bad draw vector too:
             # "--from: expected 3 comma-separated numbers" had said neither).
             usage = _chosen_prog(parser, args)

@@ -177,6 +177,10 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
         (["--shm", ""], "invalid segment name '' (--shm): it is empty"),
         (["watch", ""], "invalid segment name '' (NAME): it is empty"),
         (["sim", "--name", ""], "invalid segment name '' (--name): it is empty"),
+        # a name given that no segment can have is a usage error like the others: the subcommand, then where help is
+        (["info", "bad/name"], "info: invalid segment name 'bad/name': '/' is not allowed"),
+        (["draw", "bad/name", "clear"], "(usage: lucky-monitor draw"),
+        (["watch", "bad/name"], "watch: invalid segment name 'bad/name'"),
         (["export", "--listen", "127.0.0.1:0", "--poll-hz", "1e-300"], "--poll-hz 1e-300: must be 0.1 to 240"),
         (["demo", "--headless", "--screenshot", "shot.png", "--quit-after", "1"], "--screenshot describes the window"),
         (
