@@ -349,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(f"invalid segment name '' ({given}): it is empty")
         if run is None:
             return _no_subcommand(args, parser)
+        if getattr(args, "command", None) in _NAMED_BY_SHM and args.name is None and args.shm:
+            args.name = args.shm  # `lucky-monitor --shm NAME info`: the window's option, meant for the command
+
         return int(run(args) or 0)
     except LuckyMonitorError as exc:
         if isinstance(exc, UsageError | InvalidSegmentName):  # a name given that no segment can have: usage
@@ -393,17 +396,26 @@ def _table(rows: list[tuple[str, str]], indent: str = "") -> str:
     return "\n".join(f"{indent}{k.ljust(width)}  {v}" for k, v in rows)
 
 
+_NAME_HELP = "segment name, e.g. LuckyEngine_1234 (default: $LUCKY_SHM_NAME, else the newest live one)"
+
+
 def _name_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "name", nargs="?", metavar="NAME", help="segment name, e.g. LuckyEngine_1234 (default: the newest live one)"
-    )
+    p.add_argument("name", nargs="?", metavar="NAME", help=_NAME_HELP)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_allow_other_user_argument(p)
 
 
+#: Subcommands whose optional NAME a ``--shm NAME`` given before them stands for.
+_NAMED_BY_SHM = frozenset({"info", "check", "snapshot", "record", "watch"})
+
+
 def _resolve(name: str | None, *, allow_other_user: bool = False) -> str:
+    """The segment a command's NAME names; without one ``$LUCKY_SHM_NAME``, else the newest live segment."""
     if name is not None:
         return name
+    from_env = os.environ.get("LUCKY_SHM_NAME")
+    if from_env:
+        return from_env
     from .transport.discovery import DEFAULT_PREFIX, newest_live
 
     info = newest_live(allow_other_user=allow_other_user)
@@ -903,9 +915,7 @@ def _precheck(name: str | None, allow_other_user: bool) -> str:
 
 
 def _headless_name_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "name", nargs="?", metavar="NAME", help="segment name, e.g. LuckyEngine_1234 (default: the newest live one)"
-    )
+    p.add_argument("name", nargs="?", metavar="NAME", help=_NAME_HELP)
     add_allow_other_user_argument(p)
 
 

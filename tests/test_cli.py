@@ -159,6 +159,7 @@ def test_info_human_table(healthy, capsys) -> None:
 def test_info_defaults_to_the_newest_live_segment(segment_factory, capsys, monkeypatch) -> None:
     import lucky_monitor.transport.discovery as disc
 
+    monkeypatch.delenv("LUCKY_SHM_NAME", raising=False)
     eng = segment_factory()
     info = disc.SegmentInfo(eng.name, eng.path, 0, 0.0, os.getpid(), True, 0, False, 4, 1, None)
     monkeypatch.setattr(disc, "newest_live", lambda prefix=disc.DEFAULT_PREFIX, **kw: info)
@@ -167,6 +168,36 @@ def test_info_defaults_to_the_newest_live_segment(segment_factory, capsys, monke
     monkeypatch.setattr(disc, "newest_live", lambda prefix=disc.DEFAULT_PREFIX, **kw: None)
     assert main(["info"]) == 5
     assert "no live" in one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("command", ["info", "check"])
+def test_a_name_from_the_environment_or_a_leading_shm_comes_before_the_newest_live_segment(
+    segment_factory, capsys, monkeypatch, command
+) -> None:
+    """Seen: `info`, `check`, `snapshot` and `record` used the newest live segment with $LUCKY_SHM_NAME set (the
+    window, `watch` and `sim` honoured it), and `lucky-monitor --shm NAME info` dropped the --shm."""
+    import lucky_monitor.transport.discovery as disc
+
+    wanted, newest = segment_factory(), segment_factory()
+    for seg in (wanted, newest):
+        seg.set("heartbeat_ns", time.monotonic_ns())
+    info = disc.SegmentInfo(newest.name, newest.path, 0, 0.0, os.getpid(), True, 0, False, 4, 1, None)
+    monkeypatch.setattr(disc, "newest_live", lambda prefix=disc.DEFAULT_PREFIX, **kw: info)
+    monkeypatch.delenv("LUCKY_SHM_NAME", raising=False)
+
+    def chosen(argv: list[str]) -> str:
+        capsys.readouterr()
+        main([*argv, "--json"])
+        out = json.loads(capsys.readouterr().out)
+        if command == "check":
+            return str(out["name"])
+        return next(s.name for s in (wanted, newest) if s.header.session_id == out["session_id"])
+
+    assert chosen([command]) == newest.name
+    assert chosen(["--shm", wanted.name, command]) == wanted.name
+    monkeypatch.setenv("LUCKY_SHM_NAME", wanted.name)
+    assert chosen([command]) == wanted.name
+    assert chosen([command, newest.name]) == newest.name  # NAME given: NAME
 
 
 # ----------------------------------------------------------------------------- check
