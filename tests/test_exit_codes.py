@@ -243,6 +243,24 @@ def test_2_an_output_file_the_system_refuses_is_named_before_any_work(argv: list
     assert shm_files() == before  # sim refused it before its segment existed
 
 
+def test_2_an_output_path_that_cannot_be_says_why_in_its_own_words(tmp_path, capsys) -> None:
+    """Seen: `-o run.log/x.png` said "directory … does not exist" (run.log is a file); `-o ''` and `/proc/x.png`
+    said "No such file or directory"."""
+    log = tmp_path / "run.log"
+    log.write_text("a log")
+    for out, want in (
+        (str(log / "x.png"), f"{str(log)!r} is not a directory"),
+        ("", "-o: the file name is empty; give one, e.g. snapshot.png"),
+    ):
+        assert main(["snapshot", "LuckyEngine_not_needed", "-o", out]) == EXIT_USAGE
+        line = one_error_line(capsys.readouterr().err)
+        assert want in line and "No such file" not in line, line
+    if os.path.isdir("/proc/self") and os.geteuid() == 0:  # /proc passes root's permission bits, not the open
+        assert main(["snapshot", "LuckyEngine_not_needed", "-o", "/proc/x.png"]) == EXIT_USAGE
+        line = one_error_line(capsys.readouterr().err)
+        assert "the directory takes no new files" in line, line
+
+
 def test_2_an_output_file_is_tried_without_changing_or_leaving_anything(tmp_path) -> None:
     from lucky_monitor.core.outputs import check_output_path
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 from ..protocol.errors import UsageError
@@ -27,11 +28,15 @@ def check_output_path(path: str, option: str, example: str = "") -> None:
         ``path`` is a directory, its directory is missing or not writable, or the file
         cannot be opened for writing there.
     """
+    if not path:
+        raise UsageError(f"{option}: the file name is empty" + (f"; give one, e.g. {example}" if example else ""))
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         hint = f", e.g. {path.rstrip('/')}/{example}" if example else ""
         raise UsageError(f"{option} {path!r} is a directory; give a file name{hint}")
     if not os.path.isdir(parent):
+        if os.path.lexists(parent):  # `run.log/x.png`: a file where the directory should be
+            raise UsageError(f"{option} {path!r}: {parent!r} is not a directory")
         raise UsageError(f"{option} {path!r}: directory {parent!r} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{option} {path!r}: directory {parent!r} is not writable")
@@ -45,7 +50,9 @@ def check_output_path(path: str, option: str, example: str = "") -> None:
         with open(path, "ab"):
             pass
     except OSError as exc:
-        raise UsageError(f"{option} {path!r} cannot be written: {exc.strerror or exc}") from None
+        # /proc, /sys: a directory that takes no new file answers "No such file or directory".
+        why = "the directory takes no new files" if exc.errno == errno.ENOENT else exc.strerror or str(exc)
+        raise UsageError(f"{option} {path!r} cannot be written: {why}") from None
     if not existed:
         try:
             os.unlink(path)
