@@ -661,14 +661,14 @@ def _live_check_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--seconds",
         type=seconds_between(0.5, 3600),
-        default=5.0,
+        default=None,  # 5: None tells "not given" from given (a check without --live refuses it)
         metavar="S",
         help="with --live: how long the timed invariants are sampled (default 5)",
     )
     p.add_argument(
         "--deadline",
         type=seconds_between(0.01, 600),
-        default=1.0,
+        default=None,  # 1
         metavar="SECONDS",
         help="with --live: how long each request may take to be answered (default 1)",
     )
@@ -721,6 +721,12 @@ def _cmd_check_live(args: argparse.Namespace, name: str, results: list[RuleResul
 
 @subcommand("check", "check a segment against every conformance rule; exit 0 only if all pass", _check_args)
 def _cmd_check(args: argparse.Namespace) -> int:
+    if not args.live:
+        given = [o for o in ("seconds", "deadline") if getattr(args, o) is not None]
+        if given:
+            raise UsageError(f"{' and '.join('--' + o for o in given)} set the live probe: add --live")
+    args.seconds = 5.0 if args.seconds is None else args.seconds
+    args.deadline = 1.0 if args.deadline is None else args.deadline
     name = _resolve(args.name, allow_other_user=args.allow_other_user)
     results, err = run_check(name, image_wait_s=max(0.0, args.image_wait), allow_other_user=args.allow_other_user)
     if args.live and err is None:

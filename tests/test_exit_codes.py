@@ -200,6 +200,11 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
         ),
         (["demo", "--headless", "--hz", "0"], "--hz 0: steps per second must be 0.1 to 100000"),
         (["check", "--live", "--seconds", "1e-300"], "argument --seconds: '1e-300' must be seconds, 0.5 to 3600"),
+        # options that would be dropped are refused (they were accepted and ignored)
+        (["check", "LuckyEngine_not_needed", "--seconds", "1"], "check: --seconds set the live probe: add --live"),
+        (["snapshot", "LuckyEngine_none", "-o", "s.png", "--env", "5", "--cols", "3"], "--cols lays out the grid"),
+        (["snapshot", "LuckyEngine_none", "-o", "s.png", "--env", "5", "--labels"], "--labels lays out the grid"),
+        (["record", "LuckyEngine_none", "-o", "r.mp4", "--env", "5", "--cols", "3"], "record: --cols lays out"),
         (["check", "--live", "--deadline", "1e300"], "'1e300' must be seconds, 0.01 to 600"),
         (["train", "--shm", "LuckyEngine_not_needed", "--timeout", "inf"], "'inf' must be seconds, 0.01 to 86400"),
     ],

@@ -257,6 +257,8 @@ def check_record_arguments(args: argparse.Namespace) -> None:
         raise UsageError(
             f"-o {args.output}: the video's format comes from its extension: {', '.join(VIDEO_EXTENSIONS)}"
         )
+    if args.env is not None and args.cols is not None:
+        raise UsageError(f"--cols lays out the grid; with --env {args.env} one env is recorded")
 
 
 def run_record(args: argparse.Namespace, name: str) -> int:

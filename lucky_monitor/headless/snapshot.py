@@ -51,6 +51,10 @@ def check_snapshot_arguments(args: argparse.Namespace) -> None:
     check_output_path(args.output, "-o", "snapshot.png")
     if not os.fspath(args.output).lower().endswith(".png"):
         raise UsageError(f"-o {args.output}: snapshot writes a PNG; name the file .png")
+    grid_only = [o for o, given in (("--cols", args.cols is not None), ("--labels", args.labels)) if given]
+    if args.env is not None and grid_only:
+        verb = "lays" if len(grid_only) == 1 else "lay"
+        raise UsageError(f"{' and '.join(grid_only)} {verb} out the grid; with --env {args.env} one env is written")
 
 
 def label_tiles(grid: np.ndarray, num_envs: int, height: int, width: int, columns: int, gap: int) -> None:
