@@ -177,6 +177,16 @@ class Watcher:
             self._emit("summary", tick)
             self._dones = self._truncs = self._frames = 0
 
+    def finish(self, tick: Tick) -> None:
+        """At exit: take the last Tick, and summarise the last interval where over half of it has passed.
+
+        ``--seconds 2 --interval 0.5`` printed three summaries: the one due at
+        2 s came after the end.
+        """
+        self.feed(tick)
+        if self._next_summary is not None and tick.t >= self._next_summary - self.interval / 2:
+            self._emit("summary", tick)
+
     def record(self, event: str, tick: Tick) -> dict[str, Any]:
         """The JSON object of one line (every key of :data:`JSON_KEYS`)."""
         h, live, r, c = tick.header, tick.live, tick.rates, tick.counters
@@ -278,6 +288,7 @@ def run_watch(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     try:
         for now in paced(60.0, args.seconds):
             watcher.feed(session.step(now))
+        watcher.finish(session.step())
     finally:
         session.close()
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import signal
@@ -362,6 +363,21 @@ def test_watcher_says_no_image_rate_without_an_image_region_and_names_a_segment_
         s.close()
     finally:
         os.unlink(shm_path(name))
+
+
+def test_watch_prints_the_summary_due_at_its_end(engines) -> None:
+    """Seen: `--seconds 2 --interval 0.5` printed summaries at 0.5, 1.0 and 1.5 s, none for the last interval."""
+    import argparse
+
+    from lucky_monitor.watch import run_watch
+
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    out = io.StringIO()
+    args = argparse.Namespace(name=eng.name, json=True, seconds=2.0, interval=0.5, allow_other_user=False)
+    assert run_watch(args, out=out) == 0
+    summaries = [r for r in map(json.loads, out.getvalue().splitlines()) if r["event"] == "summary"]
+    assert len(summaries) == 4, [r["time"] for r in summaries]
 
 
 def test_watch_follows_a_kill_and_a_restart_with_another_channel_count(subprocess_env, tmp_path) -> None:
