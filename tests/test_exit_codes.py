@@ -205,6 +205,7 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
         (["snapshot", "LuckyEngine_none", "-o", "s.png", "--env", "5", "--cols", "3"], "--cols lays out the grid"),
         (["snapshot", "LuckyEngine_none", "-o", "s.png", "--env", "5", "--labels"], "--labels lays out the grid"),
         (["record", "LuckyEngine_none", "-o", "r.mp4", "--env", "5", "--cols", "3"], "record: --cols lays out"),
+        (["record", "LuckyEngine_none", "-o", "r.mp4", "--seconds", "1", "--fps", "0.1"], "is less than one frame"),
         (["check", "--live", "--deadline", "1e300"], "'1e300' must be seconds, 0.01 to 600"),
         (["train", "--shm", "LuckyEngine_not_needed", "--timeout", "inf"], "'inf' must be seconds, 0.01 to 86400"),
     ],

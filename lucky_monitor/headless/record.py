@@ -259,6 +259,9 @@ def check_record_arguments(args: argparse.Namespace) -> None:
         )
     if args.env is not None and args.cols is not None:
         raise UsageError(f"--cols lays out the grid; with --env {args.env} one env is recorded")
+    if args.seconds is not None and args.seconds * args.fps < 1:
+        # one frame would be a video of 1/fps seconds, longer than asked for
+        raise UsageError(f"--seconds {args.seconds:g} at --fps {args.fps:g} is less than one frame")
 
 
 def run_record(args: argparse.Namespace, name: str) -> int:
@@ -295,7 +298,8 @@ def run_record(args: argparse.Namespace, name: str) -> int:
             bar.close()
         session.close()
     print(
-        f"{stats.ended}: {stats.frames} frames ({stats.frames / args.fps:.1f} s at {args.fps:g} fps, "
+        f"{stats.ended}: {stats.frames} frame{'' if stats.frames == 1 else 's'} "
+        f"({stats.frames / args.fps:.1f} s at {args.fps:g} fps, "
         f"{stats.width}x{stats.height}) written to {args.output}: {stats.new_images} new images, "
         f"{stats.repeats} repeats, {stats.torn} torn copies skipped"
     )
