@@ -837,7 +837,9 @@ def _draw_args(p: argparse.ArgumentParser) -> None:
         sp.add_argument("--color", default="1,0.2,0.2,1", metavar="R,G,B[,A]", help="components 0..1")
     for sp in (line, arrow, vel):
         sp.add_argument("--clear", action="store_true", help="set clear_previous: erase earlier drawings first")
-    p.add_argument("--timeout", type=seconds_between(0.01, 3600), default=2.0, help="seconds to wait for the reply")
+    p.add_argument(
+        "--timeout", type=seconds_between(0.01, 3600), default=2.0, help="seconds to wait for the reply (default 2)"
+    )
     add_allow_other_user_argument(p)
 
 

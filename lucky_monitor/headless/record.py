@@ -89,7 +89,11 @@ def add_record_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", type=ENV_ARG, default=None, metavar="I", help="only env I's image (default: the grid)")
     p.add_argument("--cols", type=COLS_ARG, default=None, metavar="C", help="grid columns (default: ceil(sqrt(envs)))")
     p.add_argument(
-        "--timeout", type=TIMEOUT_ARG, default=5.0, metavar="S", help="seconds to wait for the segment, 0.01 to 3600"
+        "--timeout",
+        type=TIMEOUT_ARG,
+        default=5.0,
+        metavar="S",
+        help="seconds to wait for the segment and its first consistent image, 0.01 to 3600 (default 5)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
