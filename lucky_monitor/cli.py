@@ -351,7 +351,6 @@ def main(argv: list[str] | None = None) -> int:
             return _no_subcommand(args, parser)
         if getattr(args, "command", None) in _NAMED_BY_SHM and args.name is None and args.shm:
             args.name = args.shm  # `lucky-monitor --shm NAME info`: the window's option, meant for the command
-
         return int(run(args) or 0)
     except LuckyMonitorError as exc:
         if isinstance(exc, UsageError | InvalidSegmentName):  # a name given that no segment can have: usage
@@ -413,10 +412,16 @@ def _resolve(name: str | None, *, allow_other_user: bool = False) -> str:
     """The segment a command's NAME names; without one ``$LUCKY_SHM_NAME``, else the newest live segment."""
     if name is not None:
         return name
+    from .transport.discovery import DEFAULT_PREFIX, newest_live
+    from .transport.shm import validate_name
+
     from_env = os.environ.get("LUCKY_SHM_NAME")
     if from_env:
+        try:
+            validate_name(from_env)
+        except InvalidSegmentName as exc:
+            raise UsageError(f"$LUCKY_SHM_NAME: {exc}") from None
         return from_env
-    from .transport.discovery import DEFAULT_PREFIX, newest_live
 
     info = newest_live(allow_other_user=allow_other_user)
     if info is None:

@@ -198,6 +198,9 @@ def test_a_name_from_the_environment_or_a_leading_shm_comes_before_the_newest_li
     monkeypatch.setenv("LUCKY_SHM_NAME", wanted.name)
     assert chosen([command]) == wanted.name
     assert chosen([command, newest.name]) == newest.name  # NAME given: NAME
+    monkeypatch.setenv("LUCKY_SHM_NAME", "../x")
+    assert main([command]) == 2
+    assert "$LUCKY_SHM_NAME: invalid segment name '../x'" in one_error_line(capsys.readouterr().err)
 
 
 # ----------------------------------------------------------------------------- check
