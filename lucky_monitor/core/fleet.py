@@ -50,6 +50,7 @@ class SegmentStats:
     segment: str
     attached: bool
     state: str
+    reason: str | None = None  # why the state is what it is, where the link says (e.g. "engine pid 12 is gone")
     frame_seq: int | None = None
     frames_per_s: float | None = None
     images_per_s: float | None = None
@@ -126,6 +127,7 @@ class _Follower:
             segment=self.name,
             attached=attached,
             state=tick.state.value,
+            reason=tick.reason,
             frame_seq=None if live is None else live.frame_seq,
             frames_per_s=_finite(tick.rates.frames_per_s),
             images_per_s=_finite(tick.rates.images_per_s) if images else None,

@@ -234,9 +234,15 @@ def run_export(args: argparse.Namespace) -> int:
     if not args.quiet:
         what = ", ".join(names) if names else f"every live {args.prefix}* segment"
         print(f"serving http://{shown}:{bound}/metrics for {what}", flush=True)
+    said: dict[str, tuple[str, str | None]] = {}
     try:
         for _ in paced(args.poll_hz, args.seconds):
-            fleet.step()
+            stats = fleet.step()
+            if not args.quiet:  # each segment's state as it changes (a named one not there yet: "searching")
+                for st in stats:
+                    if said.get(st.segment) != (st.state, st.reason):
+                        said[st.segment] = (st.state, st.reason)
+                        print(f"{st.segment}: {st.state}{f' ({st.reason})' if st.reason else ''}", file=sys.stderr)
     finally:
         with contextlib.suppress(Exception):
             server.shutdown()

@@ -18,6 +18,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+from lucky_monitor.cli import main
 from lucky_monitor.core.fleet import Fleet
 from lucky_monitor.headless.export import METRICS, _Collector, parse_listen
 from lucky_monitor.protocol.errors import UsageError
@@ -166,6 +167,18 @@ def _stop(p: subprocess.Popen) -> None:
     for s in (p.stdout, p.stderr):
         if s is not None:
             s.close()
+
+
+def test_each_segments_state_is_told_as_it_changes(capsys) -> None:
+    """Seen: `export --shm NAME` for a segment not there served only lucky_engine_alive 0 and said nothing."""
+    missing = unique_segment_name("exp_missing")
+    assert main(["export", "--listen", "127.0.0.1:0", "--shm", missing, "--seconds", "0.3"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if line.startswith(missing)] == [
+        f"{missing}: searching (no segment named '{missing}')"
+    ], err
+    assert main(["export", "--listen", "127.0.0.1:0", "--shm", missing, "--seconds", "0.3", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_http_scrape_picks_up_new_segments_and_drops_gone_ones(subprocess_env) -> None:
