@@ -730,6 +730,9 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._hover_text = ""
         self._meta: tuple[int, ...] | None = None
         self._meta_shown_at = 0.0
+        self._meta_forms: tuple[str, ...] | None = None  # the counters' line, longest form first
+        #: The amber note before the counters: the image shown is old (see set_stale); None: it is not.
+        self.stale_text: str | None = None
         self._needs_fit = False
         self._single: SingleEnvView | None = None
         self._frame: ImageFrame | None = None  # set by show_image (a session's grid)
@@ -903,6 +906,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         for item in self._extra_highlights:
             item.setVisible(False)
         self._meta = None
+        self.stale_text = None
         self._status(text)
 
     def set_frame(self, images: np.ndarray, meta: FrameMeta | Mapping[str, Any] | Any | None = None) -> None:
@@ -1150,9 +1154,35 @@ class ImageGridWidget(QtWidgets.QWidget):
             text = f"{t.num_envs} envs {t.width}x{t.height}  {text}"
         # Shorter forms for a narrow dock, or beside the hover readout: the counts stay whole.
         medium = f"image_seq {counts[0]}  image_frame_seq {counts[1]}  torn {counts[2]}"
-        self.status_label.setText(text, medium, f"image_seq {counts[0]}  torn {counts[2]}")
+        self._meta_forms = (text, medium, f"image_seq {counts[0]}  torn {counts[2]}")
+        self._render_meta()
+
+    def set_stale(self, text: str | None) -> None:
+        """Say, in amber before the counters, that the image shown is old (``None``: it is not).
+
+        The window's words (``no new image for 12 s (the Camera service is off)``):
+        a grid that kept its last images looked live with the engine's camera off.
+        """
+        if text != self.stale_text:
+            self.stale_text = text
+            self._render_meta()
+
+    def _render_meta(self) -> None:
+        forms = self._meta_forms
+        if forms is None:
+            return
+        stale = self.stale_text
+        if stale is not None:
+            forms = (*(f"{stale}  ·  {f}" for f in forms), stale)  # the note is what must show
+        self.status_label.setText(*forms)
+        style = f"color: {pal.WARN};" if stale is not None else ""
+        if self.status_label.styleSheet() != style:
+            self.status_label.setStyleSheet(style)
 
     def _status(self, text: str) -> None:
+        self._meta_forms = None
+        if self.status_label.styleSheet():
+            self.status_label.setStyleSheet("")
         self.status_label.setText(text)  # its tooltip follows: the whole line, when it is cut
 
     # ------------------------------------------------------------ view

@@ -41,6 +41,7 @@ from ..core.budget import CpuBudget, Rates, RunStats, machine_idle_s
 from ..core.history import History
 from ..core.pacing import DEFAULT_YIELD_US
 from ..core.session import MonitorSession, Tick
+from ..protocol.enums import Service
 from ..protocol.errors import LuckyMonitorError
 from . import palette as pal
 from .backend import MonitorBackend, state_color
@@ -55,6 +56,9 @@ POLL_HZ = 60
 DEFAULT_CPU_BUDGET = 10.0  # % of one core
 BUDGET_EVERY = 15  # ticks: the CPU clocks (the process, its helpers' /proc, the machine's idle) are read at 4 Hz
 DUE_SLACK_S = 0.25 / POLL_HZ  # a tick this early still counts as on time (timer jitter)
+#: The grid says its image is old once no image was published for this long, or for 4 of the engine's
+#: last intervals between images if longer (a camera at 0.5 Hz is not "stale" between its images).
+IMAGES_QUIET_S = 2.0
 #: The traffic table, the grid's counter line and the status bar's figures refresh at the panels' rate
 #: in force, at most this often (the taps and counters are read every tick whatever the rate).
 DECOR_MAX_HZ = 5.0
@@ -204,6 +208,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self._seen_image: object = None
         self._image_held = False  # a new image came while presentation was not due
         self._shown_meta: tuple[int, int, int] | None = None
+        # The newest image count seen (image_seq // 2), when it changed, the gap before it (see _check_stale).
+        self._image_count: int | None = None
+        self._image_count_at = 0.0
+        self._image_gap = 0.0
         self._shown_geometry: tuple[float, ...] | None = None
         self._layout_key = LayoutKey()
         self._panel_rates: Rates | None = None
@@ -466,6 +474,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._alarm_version, self._next_alarms = -1, 0.0  # a new attach counts its alarms afresh
         self._shown_geometry = None  # the new attach's first image is shown at once
         self._shown_meta = None  # nor do the last attach's counters come back over the grid's message
+        self._image_count = None
         h = tick.header
         if h is None and self.history.frames_seen:
             # The segment went (the engine exited, a fault): its curves and traffic stay until the next
@@ -474,11 +483,17 @@ class MainWindow(QtWidgets.QMainWindow):
             self.plots.set_held(f"{tick.text}: the plots hold the last attach's history, up to frame_seq {last}")
             self.traffic.set_held(True)
         else:
+            # The envs selected before (an engine restarted under its name) stay selected where the new one has them.
+            kept = tuple(e for e in self.grid.selection if h is not None and e < h.num_envs)
             self.history = tick.history or History(1)
             self.plots.set_history(self.history)
             self.plots.set_held(None)
             self.traffic.clear()
-            self.grid.set_selection(())  # (held, the selected envs' curves stay with the history)
+            self.session.select(kept)
+            self.grid.set_selection(kept)  # (held, the selected envs' curves stay with the history)
+            # The plots and the traffic footer show the new attach at once, not at their next refresh: for up to
+            # 2 s after a reattach they showed the last attach's frames, and "no segment", beside a live grid.
+            self._next_plot = self._next_decor = 0.0
         self._detached_text = tick.text if h is None else None
         if h is None:
             self.grid.clear_image(tick.text)
@@ -533,6 +548,7 @@ class MainWindow(QtWidgets.QMainWindow):
                     self._image_held = False
                     self._next_image = self._due(self._next_image, now, rates.images_hz)
                     offer()
+            self._check_stale(tick)
             if tick.display_error:
                 self.grid.status_label.setText(tick.display_error)
             self.inspector.apply(tick)  # repaints only when its alarms or statistics changed
@@ -559,6 +575,28 @@ class MainWindow(QtWidgets.QMainWindow):
             self._update_status(tick)
         self._tick_cost = time.perf_counter() - t0
         self.stats.add_tick(tick, self._tick_cost)
+
+    def _check_stale(self, tick: Tick) -> None:
+        """Tell the grid when its image is old: no image published for :data:`IMAGES_QUIET_S` (or longer gaps).
+
+        With the Camera service switched off the grid kept its last images and
+        looked live; the reason is named where the services mask gives it.
+        """
+        live, h = tick.live, tick.header
+        if live is None or h is None or not h.has_images:
+            return
+        count = live.image_seq // 2
+        if count != self._image_count:
+            if self._image_count is not None:
+                self._image_gap = tick.t - self._image_count_at
+            self._image_count, self._image_count_at = count, tick.t
+        age = tick.t - self._image_count_at
+        note = None
+        if self._image_count and age >= max(IMAGES_QUIET_S, 4 * self._image_gap):
+            camera = live.services_enabled >> Service.CAMERA & 1
+            note = f"no new image for {age:.0f} s" + ("" if camera else " (the Camera service is off)")
+        if note != self.grid.stale_text:
+            self.grid.set_stale(note)
 
     def _update_budget(self) -> bool:
         """Feed the budget a reading; whether the rates changed. The core is offered only on a saturated machine.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -122,8 +123,16 @@ def test_camera_toggle_from_the_panel_stops_images(qtbot, engine, window):
         frame = seg.counter("frame_seq")
         qtbot.waitUntil(lambda: seg.counter("frame_seq") > frame + 10, timeout=5000)
         assert seg.counter("image_seq") == seq
+    # Seen: the grid kept its last images and looked live. It says, in amber before its counters, that they are old.
+    qtbot.waitUntil(lambda: win.grid.stale_text is not None, timeout=5000)
+    assert re.fullmatch(r"no new image for \d+ s \(the Camera service is off\)", win.grid.stale_text)
+    assert win.grid.status_label.text().startswith(win.grid.stale_text + "  ·  ")
+    assert "color" in win.grid.status_label.styleSheet()
     win.backend.setServiceEnabled(int(Service.CAMERA), True)
     qtbot.waitUntil(lambda: engine.seg.counter("image_seq") > seq, timeout=5000)
+    qtbot.waitUntil(lambda: win.grid.stale_text is None, timeout=5000)  # images again: the note goes
+    qtbot.waitUntil(lambda: "no new image" not in win.grid.status_label.text(), timeout=5000)
+    assert win.grid.status_label.styleSheet() == ""
 
 
 def test_debug_draw_from_the_panel_changes_displayed_pixels(qtbot, window):
@@ -171,7 +180,13 @@ def test_engine_killed_then_recreated_under_the_same_name(qtbot, window, subproc
         win = window(name)
         wait_state(qtbot, win, LinkState.FREE_RUNNING)
         session = _t(win).header.session_id
-        qtbot.waitUntil(lambda: win.history.frames_seen > 20, timeout=5000)
+        win.session.select([1, 3])
+        win.grid.set_selection((1, 3))
+        from lucky_monitor.core.budget import LADDER
+
+        win.budget.level = len(LADDER) - 1  # the floor: plots every 4 s
+        win.budget.update = lambda *reading: False  # held there
+        qtbot.waitUntil(lambda: win.history.frames_seen > 150, timeout=5000)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         wait_state(qtbot, win, LinkState.ENGINE_EXITED, LinkState.STALLED)
@@ -195,6 +210,16 @@ def test_engine_killed_then_recreated_under_the_same_name(qtbot, window, subproc
         assert _t(win).reattached == 1
         qtbot.waitUntil(lambda: "reattached" in win.state_label.text(), timeout=5000)
         assert win.history is not held and win.plots.held_text is None  # the new attach's own history
+
+        def new_curves() -> bool:
+            xs = win.plots.mean_curve.getData()[0]
+            return xs is not None and len(xs) > 0 and float(xs.max()) < held.last_frame_seq
+
+        # Seen: for up to a plot period after a reattach the plots drew the last attach's frames beside a live
+        # grid (plots every 4 s at the floor); they are redrawn at the attach.
+        qtbot.waitUntil(new_curves, timeout=1500)
+        # The envs selected before the engine was restarted stay selected (it has them).
+        assert win.grid.selection == (1, 3) and win.history.selected == (1, 3)
     finally:
         proc.kill()
         proc.wait(10)
