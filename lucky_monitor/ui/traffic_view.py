@@ -371,22 +371,28 @@ class TrafficView(QtWidgets.QWidget):
             return
         # Compact, so that it fits the dock's default width: "shown 54/54 · main c2s 27 s2c 27 · tools c2s 1 s2c 1"
         # (the rows shown first, a ring's problems after its count; the whole line is the tooltip when cut).
-        pairs: dict[str, list[str]] = {}
+        pairs: dict[str, list[tuple[str, str]]] = {}
         for ring, count in st.messages.items():
             pair, _, direction = ring.rpartition(" ")
-            text = f"{direction} {count}"
+            problems = ""
             if st.missed_bytes.get(ring):
-                text += f" (missed {st.missed_bytes[ring]} B)"
+                problems += f" (missed {st.missed_bytes[ring]} B)"
             if st.corrupt.get(ring):
-                text += f" ({st.corrupt[ring]} corrupt)"
+                problems += f" ({st.corrupt[ring]} corrupt)"
             if st.undecodable.get(ring):
-                text += f" ({st.undecodable[ring]} undecodable)"
-            pairs.setdefault(pair, []).append(text)
-        parts = [f"{pair} {' '.join(texts)}".strip() for pair, texts in pairs.items()]
-        footer = " · ".join([f"shown {self.model.rowCount()}/{len(self.entries)}", *parts])
-        if self._held:
-            footer = f"last attach: {footer}"  # the segment is gone: nothing more comes
-        self.stats_label.setText(footer)
+                problems += f" ({st.undecodable[ring]} undecodable)"
+            pairs.setdefault(pair, []).append((direction, f"{count}{problems}"))
+        parts = [f"{pair} {' '.join(f'{d} {t}' for d, t in texts)}".strip() for pair, texts in pairs.items()]
+        # Narrower: the directions as a pair of counts, "main 102/102" (c2s/s2c), problems kept (the whole is the
+        # tooltip): at the default 1600x1000 the footer read "… tools c2s 1 s2…" once the counts had three digits.
+        brief = [f"{pair} {'/'.join(t for _, t in texts)}".strip() for pair, texts in pairs.items()]
+        rows = f"{self.model.rowCount()}/{len(self.entries)}"
+        held = "last attach: " if self._held else ""  # the segment is gone: nothing more comes
+        self.stats_label.setText(
+            held + " · ".join([f"shown {rows}", *parts]),
+            held + " · ".join([f"shown {rows}", *brief]),
+            held + " · ".join([f"{rows} rows", *brief]),
+        )
         if st.last_problem:
             self.problem_label.setText(f"last problem: {st.last_problem}")
         self.problem_label.setVisible(bool(st.last_problem))

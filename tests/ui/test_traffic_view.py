@@ -192,6 +192,22 @@ def test_a_trainers_correlation_ids_show_whole_and_the_footer_starts_with_the_ro
     assert view.stats_label.text().startswith("shown 1/1 · main c2s 1")
 
 
+def test_a_narrow_footer_shows_every_rings_counts_in_fewer_words(view, segment_factory):
+    """Seen at the default 1600x1000: "shown 206/206 · main c2s 102 s2c 102 · tools c2s 1 s2…"."""
+    seg = segment_factory()
+    c2s = RingWriter(seg.buf, seg.header.cmd_c2s_offset, seg.header.cmd_ring_size)
+    log = TrafficLog(seg)
+    for i in range(25):
+        c2s.push(encode(Envelope(m.MethodId.GetSceneInfoReq, i + 1, m.GetSceneInfoReq(), sent_ns=1)))
+    feed(view, log)
+    whole = view.stats_label.text()
+    assert whole.startswith("shown 25/25 · main c2s 25 s2c 0 · tools c2s 0 s2c 0"), whole
+    view.stats_label.setFixedWidth(view.stats_label.fontMetrics().horizontalAdvance(whole) * 2 // 3)
+    shown = view.stats_label.shown_text()
+    assert shown in ("shown 25/25 · main 25/0 · tools 0/0", "25/25 rows · main 25/0 · tools 0/0"), shown
+    assert view.stats_label.toolTip() == whole
+
+
 def test_a_detached_segments_traffic_is_held_and_said_so_until_the_next_attach(view, segment_factory):
     seg = segment_factory()
     c2s = RingWriter(seg.buf, seg.header.cmd_c2s_offset, seg.header.cmd_ring_size)
