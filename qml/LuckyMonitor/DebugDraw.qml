@@ -68,39 +68,54 @@ DarkPane {
                 TabButton { text: "Velocity" }
             }
 
+            // The three pages in one area as high as the highest, so that what follows (clear, Send once,
+            // Repeat) stays where it is when the tab changes: "Send once" moved 28 px between Line and Arrow.
             ColumnLayout {
-                objectName: "linePage"
-                visible: tabs.currentIndex === 0
+                id: pageArea
+                objectName: "drawPages"
                 Layout.fillWidth: true
-                spacing: 4
-                Vec3Field { id: lineStart; objectName: "lineStart"; label: "start"; textX: "0"; textY: "0"; textZ: "0" }
-                Vec3Field { id: lineEnd; objectName: "lineEnd"; label: "end"; textX: "1"; textY: "0"; textZ: "0.5" }
-            }
-            ColumnLayout {
-                objectName: "arrowPage"
-                visible: tabs.currentIndex === 1
-                Layout.fillWidth: true
-                spacing: 4
-                Vec3Field { id: arrowOrigin; objectName: "arrowOrigin"; label: "origin"; textX: "0"; textY: "0"; textZ: "0.5" }
-                Vec3Field { id: arrowDir; objectName: "arrowDirection"; label: "direction"; textX: "0"; textY: "0"; textZ: "1" }
-                NumRow { id: arrowScale; objectName: "arrowScale"; label: "scale"; text: "1" }
-            }
-            ColumnLayout {
-                objectName: "velocityPage"
-                visible: tabs.currentIndex === 2
-                Layout.fillWidth: true
-                spacing: 4
-                Vec3Field { id: velOrigin; objectName: "velocityOrigin"; label: "origin"; textX: "0"; textY: "0"; textZ: "0" }
-                NumRow { id: velX; objectName: "linVelX"; label: "lin_vel_x"; text: "1" }
-                NumRow { id: velY; objectName: "linVelY"; label: "lin_vel_y"; text: "0" }
-                NumRow { id: velW; objectName: "angVelZ"; label: "ang_vel_z"; text: "0.5" }
-                NumRow { id: velScale; objectName: "velocityScale"; label: "scale"; text: "0.5" }
-            }
+                spacing: 8
+                Layout.preferredHeight: Math.max(linePage.implicitHeight + colour.implicitHeight + spacing,
+                                                 arrowPage.implicitHeight + colour.implicitHeight + spacing,
+                                                 velocityPage.implicitHeight)
+                ColumnLayout {
+                    id: linePage
+                    objectName: "linePage"
+                    visible: tabs.currentIndex === 0
+                    Layout.fillWidth: true
+                    spacing: 4
+                    Vec3Field { id: lineStart; objectName: "lineStart"; label: "start"; textX: "0"; textY: "0"; textZ: "0" }
+                    Vec3Field { id: lineEnd; objectName: "lineEnd"; label: "end"; textX: "1"; textY: "0"; textZ: "0.5" }
+                }
+                ColumnLayout {
+                    id: arrowPage
+                    objectName: "arrowPage"
+                    visible: tabs.currentIndex === 1
+                    Layout.fillWidth: true
+                    spacing: 4
+                    Vec3Field { id: arrowOrigin; objectName: "arrowOrigin"; label: "origin"; textX: "0"; textY: "0"; textZ: "0.5" }
+                    Vec3Field { id: arrowDir; objectName: "arrowDirection"; label: "direction"; textX: "0"; textY: "0"; textZ: "1" }
+                    NumRow { id: arrowScale; objectName: "arrowScale"; label: "scale"; text: "1" }
+                }
+                ColumnLayout {
+                    id: velocityPage
+                    objectName: "velocityPage"
+                    visible: tabs.currentIndex === 2
+                    Layout.fillWidth: true
+                    spacing: 4
+                    Vec3Field { id: velOrigin; objectName: "velocityOrigin"; label: "origin"; textX: "0"; textY: "0"; textZ: "0" }
+                    NumRow { id: velX; objectName: "linVelX"; label: "lin_vel_x"; text: "1" }
+                    NumRow { id: velY; objectName: "linVelY"; label: "lin_vel_y"; text: "0" }
+                    NumRow { id: velW; objectName: "angVelZ"; label: "ang_vel_z"; text: "0.5" }
+                    NumRow { id: velScale; objectName: "velocityScale"; label: "scale"; text: "0.5" }
+                }
 
-            ColorPicker {
-                id: colour
-                objectName: "colour"
-                visible: tabs.currentIndex !== 2
+                ColorPicker {
+                    id: colour
+                    objectName: "colour"
+                    visible: tabs.currentIndex !== 2
+                }
+                Item { Layout.fillHeight: true }
             }
 
             CheckBox {

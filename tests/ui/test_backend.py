@@ -1247,3 +1247,20 @@ def test_the_panels_live_sections_say_how_often_they_refresh_when_it_is_slow(vie
     for section in ("Segment", "Lock-step", "Rates", "Images"):
         aside = qml_child(panel, f"aside_{section}")
         assert aside.property("visible") is True and aside.property("text") == "every 2 s", section
+
+
+def test_the_draw_forms_buttons_stay_put_when_the_tab_changes(views) -> None:
+    """Seen: "Send once" sat 28 px lower on the Arrow tab than on Line; a click where it had been hit the row above."""
+    b = MonitorBackend(StandInSession())
+    draw = views(b, "DebugDraw")
+    b.apply(attached_tick(t=1.0))
+    QApplication.processEvents()
+    tabs, send, clear = (qml_child(draw, n) for n in ("drawTabs", "sendOnce", "clearPrevious"))
+    where = []
+    for index in (0, 1, 2, 0):
+        tabs.setProperty("currentIndex", index)
+        draw.grabFramebuffer()  # a render: the layouts are polished before it
+        where.append((send.mapToScene(QPointF(0, 0)).y(), clear.mapToScene(QPointF(0, 0)).y()))
+    assert len(set(where)) == 1, where
+    pages = [qml_child(draw, n) for n in ("linePage", "arrowPage", "velocityPage")]
+    assert send.mapToScene(QPointF(0, 0)).y() > max(p.mapToScene(QPointF(0, p.height())).y() for p in pages)
