@@ -265,6 +265,7 @@ class History:
         #: and their slots in the scalar rings are distinct
         self._stats_batch = min(STATS_BATCH, rcap, cap)
         self._sel_ids = np.zeros(0, np.intp)
+        self._colour_slots: dict[int, int] = {}  # selected env -> its colour slot (see set_selected)
         # Partition points for min, p10, p90 and max with all n values finite.
         self._kth, self._interp = self._plan_percentiles(n)
         self._generation = 0
@@ -557,6 +558,22 @@ class History:
                     self._sel[slot, appends % self._cap] = self._raster[appends % self._rcap, env]
         self._sel[len(ids) :] = np.nan
         self._sel_ids = np.asarray(ids, dtype=np.intp)
+        # Colour slots stick to their envs while they stay selected; a newly selected env takes the lowest
+        # free one. By place in the selection, a Ctrl-click on a selected env (it becomes the last) re-dealt
+        # every colour, and a double-click that left one env gave it the first.
+        slots = {env: slot for env, slot in self._colour_slots.items() if env in ids}
+        for env in ids:
+            if env not in slots:
+                used = set(slots.values())
+                slots[env] = next(c for c in itertools.count() if c not in used)
+        self._colour_slots = slots
+
+    def colour_slot(self, env: int) -> int:
+        """The colour slot of selected env ``env`` (0 for an env not selected): kept while it stays selected.
+
+        Views colour an env's curve, frame and dots by it (``palette.env_colour``).
+        """
+        return self._colour_slots.get(int(env), 0)
 
     def clear(self) -> None:
         """Forget every entry (the selection stays); :attr:`generation` changes."""

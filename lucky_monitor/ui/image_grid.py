@@ -731,6 +731,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         self._meta: tuple[int, ...] | None = None
         self._meta_shown_at = 0.0
         self._meta_forms: tuple[str, ...] | None = None  # the counters' line, longest form first
+        self._colour_slots: dict[int, int] = {}  # selected env -> colour slot, as the window last said
         #: The amber note before the counters: the image shown is old (see set_stale); None: it is not.
         self.stale_text: str | None = None
         self._needs_fit = False
@@ -1373,12 +1374,17 @@ class ImageGridWidget(QtWidgets.QWidget):
         """Every highlighted env (the primary selection last)."""
         return self._selection
 
-    def set_selection(self, envs: tuple[int, ...] | list[int]) -> None:
-        """Highlight every env in ``envs`` (out-of-range ones are dropped); the last is the primary."""
+    def set_selection(self, envs: tuple[int, ...] | list[int], colour_slots: Mapping[int, int] | None = None) -> None:
+        """Highlight every env in ``envs`` (out-of-range ones are dropped); the last is the primary.
+
+        ``colour_slots``: each env's colour slot (``History.colour_slot``: the curves' and the Inspector's);
+        an env without one is coloured by its place in ``envs``.
+        """
         t = self.tiler
         limit = t.num_envs if t is not None else 1 << 31
         self._selection = tuple(int(e) for e in envs if 0 <= int(e) < limit)
         self._selected = self._selection[-1] if self._selection else None
+        self._colour_slots = dict(colour_slots or {})
         self._place_highlight()
 
     def set_badges(self, flags: Mapping[int, tuple[str, ...]]) -> None:
@@ -1394,7 +1400,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         """Frame every selected env in its colour (:func:`~lucky_monitor.ui.palette.env_colour` of its place in
         the selection: its curve's in the plots): the primary solid, the others dashed."""
         t, env = self.tiler, self._selected
-        slots = {e: i for i, e in enumerate(self._selection)}
+        slots = {e: self._colour_slots.get(e, i) for i, e in enumerate(self._selection)}
         others = [e for e in self._selection if e != env]
         while len(self._extra_highlights) < len(others):
             item = QtWidgets.QGraphicsRectItem()

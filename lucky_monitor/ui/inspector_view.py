@@ -26,6 +26,7 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt
 
+from ..core.history import History
 from ..core.inspector import REGIONS, AlarmState, RegionStats
 from ..core.session import InspectorFrame, Tick
 from . import palette as pal
@@ -96,6 +97,7 @@ class InspectorView(QtWidgets.QWidget):
         self._generation: int | None = None
         self._region = "obs"
         self._frame: InspectorFrame | None = None
+        self._history: History | None = None  # the last Tick's: the selected envs' colour slots
         self.repaints = 0  # statistics repaints so far (tests count them)
         self._stale = False  # statistics arrived while hidden: draw them when shown
         self._on_screen = True  # see set_on_screen
@@ -239,6 +241,7 @@ class InspectorView(QtWidgets.QWidget):
             self._alarm_version = tick.alarms.version
             self._next_alarms = tick.t + ALARM_PERIOD_S
             self._show_alarms(tick.alarms, tick.inspector)
+        self._history = tick.history  # the selected envs' colour slots (History.colour_slot)
         insp = tick.inspector
         seq = -1 if insp is None else insp.seq
         if seq != self._inspector_seq:
@@ -332,6 +335,12 @@ class InspectorView(QtWidgets.QWidget):
         if self.tabs.currentWidget() is self.table:
             self._fill_table(stats)
 
+    def _colour_slots(self, envs: tuple[int, ...] | list[int]) -> list[int]:
+        """Each env's colour slot in the selection now (its place in ``envs`` where it is no longer selected)."""
+        h = self._history
+        chosen = set(h.selected) if h is not None else set()
+        return [h.colour_slot(e) if h is not None and e in chosen else i for i, e in enumerate(envs)]
+
     def _plot(self, s: RegionStats) -> None:
         d = s.dims
         x = np.arange(d, dtype=np.float64)
@@ -345,12 +354,13 @@ class InspectorView(QtWidgets.QWidget):
         dx: list[np.ndarray] = []
         dy: list[np.ndarray] = []
         brushes: list[QtGui.QBrush] = []
+        slots = self._colour_slots(s.envs)
         for i in range(k):
             values = s.selected[i].astype(np.float64)
             shown = np.isfinite(values)
             dx.append(x[shown] - 0.4 + step * (i + 0.5))
             dy.append(values[shown])
-            brushes += [pg.mkBrush(pal.env_colour(i))] * int(shown.sum())
+            brushes += [pg.mkBrush(pal.env_colour(slots[i]))] * int(shown.sum())
         if k:
             self.dots.setData(x=np.concatenate(dx), y=np.concatenate(dy), brush=brushes)
         else:
@@ -371,7 +381,7 @@ class InspectorView(QtWidgets.QWidget):
             self.heat_plot.setYRange(0, rows * s.band, padding=0)
         self.heat_image.setRect(QtCore.QRectF(-0.5, 0, d, rows * s.band))
         # Each env named in its dots' colour (its frame's in the grid, its curve's in the plots).
-        named = (f'<span style="color: {pal.env_colour(i)}">env {e}</span>' for i, e in enumerate(s.envs))
+        named = (f'<span style="color: {pal.env_colour(c)}">env {e}</span>' for c, e in zip(slots, s.envs, strict=True))
         self._set_dim_title(", ".join(named) if s.envs else "none (click a tile)")
 
     def _set_dim_title(self, dots: str) -> None:

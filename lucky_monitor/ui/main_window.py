@@ -490,7 +490,8 @@ class MainWindow(QtWidgets.QMainWindow):
             self.plots.set_held(None)
             self.traffic.clear()
             self.session.select(kept)
-            self.grid.set_selection(kept)  # (held, the selected envs' curves stay with the history)
+            # (held, the selected envs' curves stay with the history)
+            self.grid.set_selection(kept, {e: self.history.colour_slot(e) for e in kept})
             # The plots and the traffic footer show the new attach at once, not at their next refresh: for up to
             # 2 s after a reattach they showed the last attach's frames, and "no segment", beside a live grid.
             self._next_plot = self._next_decor = 0.0
@@ -709,7 +710,7 @@ class MainWindow(QtWidgets.QMainWindow):
             chosen = [env]
         chosen = chosen[-8:]
         self.session.select(chosen)
-        self.grid.set_selection(chosen)
+        self.grid.set_selection(chosen, {e: self.history.colour_slot(e) for e in chosen})
 
     def _ask_path(self, title: str, default_name: str, filt: str) -> str | None:
         start = os.path.join(self._save_dir(), default_name)

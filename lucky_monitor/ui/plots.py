@@ -646,6 +646,7 @@ class PlotsPanel(QtWidgets.QWidget):
         #: (the window sets its own, which opens in the last folder used); ``None``: Qt's, in the working directory.
         self.ask_path: Callable[[str, str, str], str | None] | None = None
         self._selected_curves: dict[int, pg.PlotDataItem] = {}
+        self._curve_slots: tuple[int, ...] = ()  # the colour slot of each selected curve (History.colour_slot)
         self._held_text: str | None = None
         self._samples_note: tuple[str, str] | None = None  # the skipped-frames note: (line, tooltip)
         self._build_plots()
@@ -1078,12 +1079,15 @@ class PlotsPanel(QtWidgets.QWidget):
         self._follow_y(self.counts_plot.getViewBox(), 0.0, count_high, floor=0.0)
 
     def _sync_selected_curves(self, envs: tuple[int, ...]) -> None:
-        if tuple(self._selected_curves) == envs:
+        history = self._history
+        slots = tuple(history.colour_slot(env) if history is not None else i for i, env in enumerate(envs))
+        if (tuple(self._selected_curves), self._curve_slots) == (envs, slots):
             return
         for curve in self._selected_curves.values():
             self.reward_plot.removeItem(curve)
         self._selected_curves = {}
-        for slot, env in enumerate(envs):
+        self._curve_slots = slots
+        for env, slot in zip(envs, slots, strict=True):
             colour = pal.env_colour(slot)
             curve = pg.PlotDataItem(pen=pg.mkPen(colour, width=1), name=f"env {env}")
             curve.setDownsampling(auto=False)

@@ -446,3 +446,19 @@ def test_history_module_does_not_import_qt() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_selected_envs_colour_slot_sticks_while_it_stays_selected() -> None:
+    """Seen: colours dealt by place in the selection changed every curve's colour when a selected env was
+    Ctrl-clicked again (it becomes the last), and a double-click that left one env gave it the first colour."""
+    h = History(16)
+    h.set_selected([5, 0, 9])
+    assert [h.colour_slot(e) for e in (5, 0, 9)] == [0, 1, 2]
+    h.set_selected([0, 9, 5])  # 5 again: now the last, the primary
+    assert [h.colour_slot(e) for e in (5, 0, 9)] == [0, 1, 2]
+    h.set_selected([9])  # the double-click's first click
+    assert h.colour_slot(9) == 2
+    h.set_selected([9, 4, 7])  # new envs take the lowest free slots
+    assert [h.colour_slot(e) for e in (9, 4, 7)] == [2, 0, 1]
+    h.set_selected(range(8))
+    assert sorted(h.colour_slot(e) for e in range(8)) == list(range(8))  # eight envs, eight colours

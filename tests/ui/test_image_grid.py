@@ -518,9 +518,12 @@ def test_set_selection_highlights_every_env(grid_widget, solid_images, qtbot):
     edge = grid_widget.graphics.mapFromScene(grid_widget.view_box.mapViewToScene(top))
     shown = QtGui.QColor(*viewport_rgb(grid_widget, edge))
     assert shown.name() == pal.env_colour(1).lower(), "the primary frame on screen"
-    grid_widget.set_selection((3, 1))  # the same envs, 3 first: the colours follow the places
+    grid_widget.set_selection((3, 1))  # the same envs, 3 first, no slots given: the colours follow the places
     assert grid_widget.highlight.pen().color().name() == pal.env_colour(1).lower()  # env 1, second
     assert extras()[0].pen().color().name() == pal.env_colour(0).lower()  # env 3, first
+    grid_widget.set_selection((3, 1), {1: 0, 3: 1})  # the history's slots: each env keeps its colour
+    assert grid_widget.highlight.pen().color().name() == pal.env_colour(0).lower()
+    assert extras()[0].pen().color().name() == pal.env_colour(1).lower()
 
     grid_widget.set_selection((2,))
     assert grid_widget.highlight.rect() == rect_of(2) and extras() == []

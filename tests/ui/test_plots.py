@@ -92,6 +92,11 @@ def test_selected_envs_are_overlaid_with_a_legend(panel: PlotsPanel) -> None:
         curve = panel._selected_curves[env]
         np.testing.assert_array_equal(curve_xy(curve)[1], view.selected[env])
         assert curve.opts["pen"].color().name() == pal.env_colour(slot).lower()  # the grid frames it in this colour
+    history.set_selected([0, 9, 5])  # 5 again (Ctrl-click): now the last, and every curve keeps its colour
+    panel.update_view()
+    for slot, env in enumerate((5, 0, 9)):
+        assert panel._selected_curves[env].opts["pen"].color().name() == pal.env_colour(slot).lower()
+    history.set_selected([5, 0, 9])
     history.set_selected([9])
     panel.update_view()
     assert list(panel._selected_curves) == [9]
