@@ -257,6 +257,15 @@ class CpuBudget:
         self._measured: dict[int, tuple[float, float, bool]] = {}  # level -> (mean usage there, when, a full mean)
         self._started_at: float | None = None  # the first reading; None again once warm-up ended
         self._rung: deque[tuple[float, float]] = deque()  # (time, CPU seconds) since the rung began, ≤ mean_window_s
+        self._interaction_until = -math.inf  # see interacting()
+
+    #: How long after the last sign of user interaction its readings are left out (see :meth:`interacting`).
+    INTERACTION_S = 1.0
+
+    def interacting(self, now: float) -> None:
+        """The user zooms, pans or resizes (``now``: the clock :meth:`update` is fed): readings until
+        :attr:`INTERACTION_S` after this are neither judged against the budget nor kept as the rung's cost."""
+        self._interaction_until = max(self._interaction_until, now + self.INTERACTION_S)
 
     @property
     def limited(self) -> bool:
@@ -331,6 +340,15 @@ class CpuBudget:
                 self.machine_busy = idle_cores < self.SATURATED_IDLE_CORES
         if not self.limited:
             self.over_budget = False
+            return False
+        if now < self._interaction_until:
+            # A zoom, a pan or a resize repaints the whole view: what the window costs meanwhile is the user's,
+            # not the rung's. It is neither judged nor remembered (a new-user pass saw the window held at
+            # images 2 Hz for half a minute at 6 % of 10 % after a zoom and a pan, the rungs above measured
+            # in the interaction's repaints), and the rung is measured afresh after it.
+            self._readings.clear()
+            self._readings.append((now, cpu_s))
+            self._rung.clear()
             return False
         usage, budget = self.usage_pct, self.effective_pct
         rung = self._rung

@@ -227,6 +227,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self.grid.env_selected.connect(self._on_env_selected)
         self.grid.display_changed.connect(self.session.set_display)
         self.grid.view_changed.connect(self.session.set_view)
+        # A zoom, a pan or a resize repaints whole views: the budget leaves those seconds out (CpuBudget.interacting).
+        self.grid.view_changed.connect(self._interacting)
+        self.plots.interacted.connect(self._interacting)
         self.grid.pixel_reader = self.session.read_pixel
         self.grid.snapshot_source = self.session.snapshot
         split = QtWidgets.QSplitter(Qt.Orientation.Vertical)
@@ -243,6 +246,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._docks_sized = False
         self._notice = ""  # a status-bar message for the first show
         self.splitter = split
+        split.splitterMoved.connect(self._interacting)
         self.setCentralWidget(split)
 
         # --- QML: RpcPanel (left), debug draw (right)
@@ -327,12 +331,16 @@ class MainWindow(QtWidgets.QMainWindow):
     def _splitter_moved(self, _pos: int, _index: int) -> None:
         self._auto_split = False
 
+    def _interacting(self, *_: object) -> None:
+        self.budget.interacting(time.monotonic())
+
     def resizeEvent(self, event: QtGui.QResizeEvent) -> None:
         """Default proportions until the user (or saved settings) chose others.
 
         The plots get :data:`PLOTS_SHARE` of the centre's height; the debug-draw
         dock its form's height, the traffic table the rest of the right column.
         """
+        self._interacting()
         super().resizeEvent(event)
         if self._auto_split:
             total = self.splitter.height() - self.splitter.handleWidth()

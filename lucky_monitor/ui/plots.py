@@ -625,6 +625,9 @@ class PlotsPanel(QtWidgets.QWidget):
     polls by itself.
     """
 
+    #: The user zoomed or panned a plot (its whole view repaints: the window's CPU budget leaves that out).
+    interacted = QtCore.Signal()
+
     def __init__(self, history: History, parent: QtWidgets.QWidget | None = None, *, min_points: int = 1000) -> None:
         super().__init__(parent)
         #: Called between the parts of a redraw: the window offers the CPU core there (core.pacing.Yielder).
@@ -933,6 +936,7 @@ class PlotsPanel(QtWidgets.QWidget):
 
     def _user_moved(self, box: pg.ViewBox, mask: object) -> None:
         """A mouse zoom or pan: that range (x is shared) is the user's until they press "A"."""
+        self.interacted.emit()
         flags = mask if isinstance(mask, list | tuple) else (True, True)
         if flags[0]:
             self._owned.pop((id(self.reward_plot.getViewBox()), 0), None)

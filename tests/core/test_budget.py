@@ -450,3 +450,32 @@ def test_over_budget_by_less_than_a_point_shows_the_usage_to_a_tenth():
     b2 = CpuBudget(10)
     run(b2, lambda level, t: 25.0, 20)
     assert b2.text().startswith("CPU 25 % of 10 %")  # plainly over: whole percents
+
+
+def test_readings_taken_while_the_user_interacts_are_neither_judged_nor_remembered():
+    """Seen: after a zoom and a pan the window sat at images 2 Hz for half a minute at 6 % of 10 %: the rungs above
+    were measured in the interaction's repaints, and such a measurement is trusted for memory_s."""
+
+    def cost(level: int, t: float) -> float:  # 6.3 % + 0.1 % per image a second; 20 points more while dragging
+        return 6.3 + 0.1 * LADDER[level].image_rate(50) + (20.0 if 60 <= t < 66 else 0.0)
+
+    def settle(told: bool) -> tuple[int, list[int], list[int]]:
+        b = CpuBudget(10)
+        _, t, cpu = run(b, cost, 60, images_per_s=50)
+        settled = b.level
+        during = []
+        for _ in range(round(6 / DT)):  # six seconds of dragging, the window told at every mouse move
+            t += DT
+            cpu += cost(b.level, t) / 100.0 * DT
+            if told:
+                b.interacting(t)
+            b.update(t, cpu, images_per_s=50)
+            during.append(b.level)
+        after, _, _ = run(b, cost, 10, t, cpu, images_per_s=50)
+        return settled, during, after
+
+    settled, during, after = settle(told=True)
+    assert set(during) == {settled}  # the drag's repaints move nothing
+    assert max(after) <= settled  # nor hold the window below its rung afterwards (it may try the one above)
+    settled, during, after = settle(told=False)
+    assert max(during) > settled + 2 and after[-1] > settled  # untold: stepped down, and still down 10 s after

@@ -859,3 +859,21 @@ def test_the_plots_pause_button_pauses_the_whole_display_as_space_does(qtbot, en
     assert win.plots.pause_button.isChecked() and win.plots.pause_button.text() == "Resume"
     win.plots.pause_button.click()
     assert not win._paused and not win.pause_action.isChecked()
+
+
+def test_zooming_panning_and_resizing_are_told_to_the_budget(qtbot, engine, window):
+    """Their repaints are the user's, not a rung's cost (CpuBudget.interacting)."""
+    win = window(engine.name)
+    wait_state(qtbot, win, LinkState.FREE_RUNNING)
+    qtbot.waitUntil(lambda: win.grid.tiler is not None, timeout=5000)
+    told = []
+    win.budget.interacting = told.append
+    win.grid.view_box.setRange(QtCore.QRectF(0, 0, 20, 20), padding=0)  # a zoom of the grid
+    qtbot.waitUntil(lambda: len(told) >= 1, timeout=2000)
+    n = len(told)
+    win.plots.reward_plot.getViewBox().sigRangeChangedManually.emit([True, False])  # a mouse zoom on a plot
+    assert len(told) > n
+    n = len(told)
+    win.resize(win.width() - 40, win.height() - 30)
+    qtbot.waitUntil(lambda: len(told) > n, timeout=2000)
+    assert all(abs(t - time.monotonic()) < 5 for t in told)  # the clock the budget's readings use
