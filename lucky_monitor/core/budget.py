@@ -343,7 +343,7 @@ class CpuBudget:
             return False
         if now < self._interaction_until:
             # A zoom, a pan or a resize repaints the whole view: what the window costs meanwhile is the user's,
-            # not the rung's. It is neither judged nor remembered (a new-user pass saw the window held at
+            # not the rung's. It is neither judged nor remembered (the window was held at
             # images 2 Hz for half a minute at 6 % of 10 % after a zoom and a pan, the rungs above measured
             # in the interaction's repaints), and the rung is measured afresh after it.
             self._readings.clear()
