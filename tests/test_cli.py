@@ -206,6 +206,21 @@ def test_a_name_from_the_environment_or_a_leading_shm_comes_before_the_newest_li
 # ----------------------------------------------------------------------------- check
 
 
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_check_fails_a_segment_file_not_created_0600(healthy, capsys) -> None:
+    """Seen: an independent engine that made its segment 0644 (readable by every user) passed every rule."""
+    healthy.set("heartbeat_ns", time.monotonic_ns())
+    assert main(["check", healthy.name, "--json"]) == 0
+    rows = {r["rule"]: r for r in json.loads(capsys.readouterr().out)["rules"]}
+    assert rows["file mode 0600"]["status"] == "pass" and rows["file mode 0600"]["ids"] == ["C5"]
+    os.chmod(shm_path(healthy.name), 0o644)
+    healthy.set("heartbeat_ns", time.monotonic_ns())
+    assert main(["check", healthy.name, "--json"]) == 1
+    rows = {r["rule"]: r for r in json.loads(capsys.readouterr().out)["rules"]}
+    assert rows["file mode 0600"]["status"] == "fail"
+    assert rows["file mode 0600"]["detail"] == "mode 0644, expected 0600"
+
+
 def test_check_all_pass(healthy, capsys) -> None:
     healthy.set("heartbeat_ns", time.monotonic_ns())
     assert main(["check", healthy.name]) == 0

@@ -119,6 +119,8 @@ class Subject:
         The file is shorter than a header.
     name : str
         The segment's name ("" when not known: "segment name" is then n/a).
+    file_mode : int or None
+        The file's permission bits (``None`` where the platform has none: "file mode" is then n/a).
     """
 
     header: Header
@@ -129,6 +131,7 @@ class Subject:
     image_wait_s: float = 0.25
     truncated: bool = False
     name: str = ""
+    file_mode: int | None = None  # the file's permission bits (None: not known, e.g. on Windows)
 
     @cached_property
     def gap(self) -> tuple[int, int, int]:
@@ -353,6 +356,15 @@ def _segment_size_matches(s: Subject, _: str) -> Outcome:
     return (PASS if ok else FAIL), f"segment_size {h.segment_size}, file {s.file_size} bytes"
 
 
+def _file_mode(s: Subject, _: str) -> Outcome:
+    mode = s.file_mode
+    if mode is None:
+        return NA, "no permission bits on this platform"
+    # Another user could read the trainer's observations (a group- or world-readable file) or, writable,
+    # feed it actions: LAYOUT.md §2.1 creates the object 0600.
+    return (PASS if mode == 0o600 else FAIL), f"mode {mode:04o}" + ("" if mode == 0o600 else ", expected 0600")
+
+
 def _server_alive(s: Subject, _: str) -> Outcome:
     from ..transport.discovery import pid_alive
 
@@ -531,6 +543,7 @@ RULES: tuple[Rule, ...] = (
     Rule(("C9",), "service masks", "live", _services),
     Rule(("C10",), "reserved bytes zero", "live", _reserved_zero),
     Rule(("C5",), "segment_size matches the file", "live", _segment_size_matches),
+    Rule(("C5",), "file mode 0600", "live", _file_mode),
     Rule(("C8",), "server pid alive", "live", _server_alive),
     Rule(("C18",), "client pid alive or 0", "live", _client_alive),
     Rule(("C20",), "lock-step gap", "live", _lock_step),
@@ -615,15 +628,18 @@ def run_check(
     ForeignSegment
         It is owned by another user and ``allow_other_user`` is false.
     """
-    from ..transport.shm import Segment, check_owner, peek_header, segment_owner
+    from ..transport.shm import Segment, check_owner, peek_header, segment_mode, segment_owner
 
     try:
         check_owner(name, segment_owner(name), allow_other_user=allow_other_user)
         raw, size, _ = peek_header(name)
+        mode = segment_mode(name)
     except TruncatedSegment as exc:
         blank = Header.unpack(bytes(HEADER_SIZE))
         return evaluate(Subject(blank, bytes(HEADER_SIZE), 0, exc, truncated=True)), exc
-    subject = Subject(Header.unpack(raw), bytes(raw[:HEADER_SIZE]), size, image_wait_s=image_wait_s, name=name)
+    subject = Subject(
+        Header.unpack(raw), bytes(raw[:HEADER_SIZE]), size, image_wait_s=image_wait_s, name=name, file_mode=mode
+    )
     try:
         hdr.validate(raw, mapped_size=size)
     except HeaderError as exc:

@@ -272,6 +272,7 @@ class _Opened:
     mtime: float
     header_bytes: bytes
     uid: int | None = None  # the object's owner; None where the platform has none (Windows)
+    mode: int | None = None  # the object's permission bits (0o600 as LAYOUT.md §2.1 creates it); None on Windows
 
 
 def check_owner(name: str, uid: int | None, *, allow_other_user: bool) -> None:
@@ -332,7 +333,7 @@ def _open_posix(name: str, *, write: bool) -> _Opened:
         data = _read_header_fd(fd, st.st_size)
         if len(data) < HEADER_SIZE:  # shrank between fstat and read
             raise TruncatedSegment("segment_size", f"only {len(data)} header bytes could be read")
-        return _Opened(fd, st.st_size, st.st_ino, st.st_dev, st.st_mtime, data, st.st_uid)
+        return _Opened(fd, st.st_size, st.st_ino, st.st_dev, st.st_mtime, data, st.st_uid, st.st_mode & 0o7777)
     except OSError as exc:
         os.close(fd)
         raise _os_error(exc, name, "cannot read segment") from None
@@ -442,6 +443,20 @@ def segment_owner(name: str) -> int | None:
     if opened.fd is not None:
         os.close(opened.fd)
     return opened.uid
+
+
+def segment_mode(name: str) -> int | None:
+    """The permission bits of segment ``name`` (``0o600`` as an engine creates it; ``None`` on Windows).
+
+    Raises
+    ------
+    InvalidSegmentName, SegmentNotFound, TransportError, TruncatedSegment
+        As :meth:`Segment.attach` (the object is opened the same way).
+    """
+    opened = _open(name)
+    if opened.fd is not None:
+        os.close(opened.fd)
+    return opened.mode
 
 
 def peek_header(name: str) -> tuple[bytes, int, float]:
