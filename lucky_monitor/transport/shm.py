@@ -431,6 +431,14 @@ def _map(name: str, opened: _Opened, length: int, *, write: bool, offset: int = 
         raise TransportError(f"cannot map segment {name!r}: {exc}") from None
 
 
+def _opened(name: str) -> _Opened:
+    """What opening segment ``name`` found (its descriptor closed again): for the one-look queries below."""
+    opened = _open(name)
+    if opened.fd is not None:
+        os.close(opened.fd)
+    return opened
+
+
 def segment_owner(name: str) -> int | None:
     """The uid that owns segment ``name`` (``None`` where the platform has none).
 
@@ -439,10 +447,7 @@ def segment_owner(name: str) -> int | None:
     InvalidSegmentName, SegmentNotFound, TransportError, TruncatedSegment
         As :meth:`Segment.attach` (the object is opened the same way).
     """
-    opened = _open(name)
-    if opened.fd is not None:
-        os.close(opened.fd)
-    return opened.uid
+    return _opened(name).uid
 
 
 def segment_mode(name: str) -> int | None:
@@ -453,10 +458,7 @@ def segment_mode(name: str) -> int | None:
     InvalidSegmentName, SegmentNotFound, TransportError, TruncatedSegment
         As :meth:`Segment.attach` (the object is opened the same way).
     """
-    opened = _open(name)
-    if opened.fd is not None:
-        os.close(opened.fd)
-    return opened.mode
+    return _opened(name).mode
 
 
 def peek_header(name: str) -> tuple[bytes, int, float]:
@@ -480,9 +482,7 @@ def peek_header(name: str) -> tuple[bytes, int, float]:
     ------
     InvalidSegmentName, SegmentNotFound, TransportError, TruncatedSegment
     """
-    opened = _open(name)
-    if opened.fd is not None:
-        os.close(opened.fd)
+    opened = _opened(name)
     return opened.header_bytes, opened.size, opened.mtime
 
 
