@@ -139,8 +139,9 @@ class _EnvLabels(QtWidgets.QGraphicsItem):
         self._fg = QtGui.QColor(255, 255, 255)
         self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
         self.setAcceptHoverEvents(False)
-        #: labels drawn by the last paint, and paints so far (diagnostics)
+        #: labels drawn by the last paint, their boxes in device pixels, and paints so far (diagnostics)
         self.last_drawn = 0
+        self.last_boxes: list[tuple[int, QtCore.QRectF]] = []
         self.paints = 0
 
     def set_tiler(self, tiler: Tiler | GridGeometry | None) -> None:
@@ -182,6 +183,7 @@ class _EnvLabels(QtWidgets.QGraphicsItem):
     def paint(self, painter: QtGui.QPainter, option: Any, widget: Any = None) -> None:
         self.paints += 1
         self.last_drawn = 0
+        self.last_boxes = []
         t, r = self._tiler, self._rect
         if t is None or r.isEmpty():
             return
@@ -210,8 +212,12 @@ class _EnvLabels(QtWidgets.QGraphicsItem):
                 y = corner.y() - size.height() - 2
                 if y < tr.map(QtCore.QPointF(0, max(row * pitch_y, r.top()))).y():
                     continue  # too little of the tile in view to hold its label
-                painter.fillRect(QtCore.QRectF(corner.x(), y, size.width() + 4, size.height() + 2), self._bg)
+                if corner.x() + size.width() + 4 > tr.map(QtCore.QPointF(col * pitch_x + t.width, 0)).x():
+                    continue  # too narrow a part: the label would run into the next tile's, "4" + "5" reading "45"
+                box = QtCore.QRectF(corner.x(), y, size.width() + 4, size.height() + 2)
+                painter.fillRect(box, self._bg)
                 painter.drawStaticText(QtCore.QPointF(corner.x() + 2, y + 1), text)
+                self.last_boxes.append((env, box))
                 drawn += 1
         painter.restore()
         self.last_drawn = drawn

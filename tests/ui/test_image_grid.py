@@ -272,6 +272,32 @@ def test_labels_are_cached_and_capped(grid_widget, solid_images):
     assert vr[0][0] <= 0 and vr[0][1] >= grid_widget.tiler.grid_width
 
 
+def test_a_label_is_drawn_only_inside_its_own_tile(grid_widget, solid_images):
+    # 4-digit labels, tiles cut by the view's left edge: a label kept inside the view ran into the
+    # next tile's, "1044" beside "1045" reading "10441045"
+    grid_widget.set_frame(solid_images(2048, 16, 16))
+    t = grid_widget.tiler
+    pitch = t.width + t.gap
+    for left in (pitch - 3, pitch - 1.5, 2 * pitch - 6):
+        vb = grid_widget.view_box
+        # the view's own shape, so its aspect lock keeps the left edge where it is put
+        vb.setRange(QtCore.QRectF(left, 0, 5 * pitch, 5 * pitch * vb.height() / vb.width()), padding=0)
+        settle(grid_widget)
+        assert grid_widget.view_box.viewRange()[0][0] == pytest.approx(left)
+        boxes = getattr(grid_widget.labels, "last_boxes", None)
+        assert boxes, "tiles this large show labels"
+        to_device = grid_widget.labels.deviceTransform(grid_widget.graphics.viewportTransform())
+        for env, box in boxes:
+            x0, y0 = t.tile_origin(env)
+            tile = to_device.mapRect(QtCore.QRectF(x0, y0, t.width, t.height))
+            assert box.right() <= tile.right() + 0.5, f"env {env}'s label runs past its tile"
+        for i, (a, ra) in enumerate(boxes):
+            for b, rb in boxes[i + 1 :]:
+                assert not ra.intersects(rb), f"labels of envs {a} and {b} overlap"
+        cut = {env for env, _ in boxes if t.tile_origin(env)[0] + t.width < left + 2}
+        assert not cut, f"envs {sorted(cut)} show a label in a sliver of a tile"
+
+
 def test_save_pngs_round_trip(grid_widget, tmp_path):
     rng = np.random.default_rng(2)
     images = rng.integers(0, 256, (5, 7, 9, 3), dtype=np.uint8)
