@@ -1449,6 +1449,7 @@ class ImageGridWidget(QtWidgets.QWidget):
             centre = self.mapToGlobal(self.rect().center())
             view.move(centre.x() - view.width() // 2, centre.y() - view.height() // 2)
         view.raise_()
+        view.activateWindow()  # the keyboard too: without a window manager Esc still went to the main window
         return view
 
     @property

@@ -372,6 +372,27 @@ def test_single_env_view_closes_from_the_keyboard(qtbot, grid_widget, solid_imag
     qtbot.waitUntil(lambda: not view.isVisible(), timeout=3000)
 
 
+def test_single_env_view_takes_the_keyboard_when_it_opens(qtbot, grid_widget, solid_images, monkeypatch):
+    """Without a window manager a new window is not given the focus: Esc went to the main window.
+
+    Qt's offscreen platform activates every window it shows, so the request itself is counted too.
+    """
+    from lucky_monitor.ui.image_grid import SingleEnvView
+
+    asked: list[object] = []
+    real = SingleEnvView.activateWindow
+    monkeypatch.setattr(SingleEnvView, "activateWindow", lambda self: (asked.append(self), real(self)))
+    grid_widget.set_frame(solid_images(6, 20, 30))
+    view = grid_widget.open_single_env_view()
+    qtbot.waitUntil(lambda: QtWidgets.QApplication.activeWindow() is view, timeout=3000)
+    view.close()
+    grid_widget.activateWindow()
+    qtbot.waitUntil(lambda: QtWidgets.QApplication.activeWindow() is grid_widget, timeout=3000)
+    assert grid_widget.open_single_env_view() is view  # opened again over the main window: active again
+    qtbot.waitUntil(lambda: QtWidgets.QApplication.activeWindow() is view, timeout=3000)
+    assert asked == [view, view]
+
+
 def test_repaint_soak(qtbot, solid_images):
     """20,000 setImage + repaint cycles: PySide6 6.12.0 dies here with none_dealloc."""
     widget = ImageGridWidget()
