@@ -88,6 +88,9 @@ _SAMPLES_TIP = (
     "{n} frame{s} skipped in the window shown, because {cause}: the curves and the raster are samples "
     "of the run, not every frame"
 )
+_RUG_TIP = (
+    '. The amber ticks under "envs ended" mark where: a frame not seen may have ended envs that the plot cannot show'
+)
 #: The causes the note names, short (the line) and whole (its tooltip): judged from the window's own frame
 #: rate against the poll's.
 ENGINE_FASTER = ("engine faster than the poll", "the engine steps faster than the 60 Hz poll")
@@ -572,6 +575,73 @@ PAINT_SEAM_TYPES: tuple[type, ...] = (
 )
 
 
+class SkipRug(pg.GraphicsObject):
+    """Short amber ticks along the bottom of a plot, one at each place where frames were skipped.
+
+    For the counts plot: a frame the monitor did not see may have ended envs, and a step curve
+    drawn across it reads as "none ended". Positions are ``frame_seq`` values; ticks are drawn
+    at a fixed screen size, one per device pixel column however many skips fall into it.
+    """
+
+    HEIGHT_PX = 6
+
+    def __init__(self, colour: str) -> None:
+        super().__init__()
+        self._x = np.empty(0, np.float64)
+        self._pen = QtGui.QPen(QtGui.QColor(colour), 1.0)
+        self._pen.setCosmetic(True)
+        #: ticks drawn by the last paint (diagnostics)
+        self.last_drawn = 0
+
+    def set_positions(self, x: np.ndarray) -> None:
+        """Tick at each of ``x`` (``frame_seq``; any order)."""
+        x = np.asarray(x, np.float64)
+        if x.shape == self._x.shape and np.array_equal(x, self._x):
+            return
+        self.prepareGeometryChange()
+        self._x = x
+        self.update()
+
+    @property
+    def positions(self) -> np.ndarray:
+        return self._x
+
+    def viewRangeChanged(self) -> None:
+        self.prepareGeometryChange()  # the bounding rect spans the view's height
+
+    def boundingRect(self) -> QtCore.QRectF:
+        vb = self.getViewBox()
+        if not self._x.shape[0] or vb is None:
+            return QtCore.QRectF()
+        (_, _), (y0, y1) = vb.viewRange()
+        x0, x1 = float(self._x.min()), float(self._x.max())
+        return QtCore.QRectF(x0 - 1.0, y0, x1 - x0 + 2.0, y1 - y0)
+
+    def paint(self, painter: QtGui.QPainter, *args: Any) -> None:
+        self.last_drawn = 0
+        vb = self.getViewBox()
+        if not self._x.shape[0] or vb is None:
+            return
+        (vx0, vx1), (y0, _) = vb.viewRange()
+        tr = painter.worldTransform()
+        if vx1 <= vx0:
+            return
+        shown = self._x[(self._x >= vx0) & (self._x <= vx1)]
+        if not shown.shape[0]:
+            return
+        left = tr.map(QtCore.QPointF(vx0, y0))
+        right = tr.map(QtCore.QPointF(vx1, y0))
+        scale = (right.x() - left.x()) / (vx1 - vx0)
+        columns = np.unique(np.round(left.x() + (shown - vx0) * scale))
+        bottom = left.y()
+        painter.save()
+        painter.resetTransform()
+        painter.setPen(self._pen)
+        painter.drawLines([QtCore.QLineF(x, bottom, x, bottom - self.HEIGHT_PX) for x in columns.tolist()])
+        painter.restore()
+        self.last_drawn = int(columns.shape[0])
+
+
 class CountAxis(pg.AxisItem):
     """An axis of whole counts (envs ended): no tick between two integers, however short the range."""
 
@@ -741,6 +811,9 @@ class PlotsPanel(QtWidgets.QWidget):
         self.counts_plot.addItem(self.truncs_curve)
         self.counts_legend.addItem(self.dones_curve, "dones")
         self.counts_legend.addItem(self.truncs_curve, "truncateds")
+        #: where the poll missed frames, while that is the exception (late polls): their envs ended are unknown
+        self.skip_rug = SkipRug(pal.WARN)
+        self.counts_plot.addItem(self.skip_rug, ignoreBounds=True)
 
         self.raster_image = pg.ImageItem(axisOrder="col-major")
         self.raster_plot.addItem(self.raster_image)
@@ -1210,16 +1283,22 @@ class PlotsPanel(QtWidgets.QWidget):
         """
         n = 0 if view is None else int(view.skipped.sum())
         self._samples_note = None
+        rug = np.empty(0, np.float64)
         if view is not None and n:
             seq, t = view.frame_seq, view.t
             span = float(t[-1] - t[0]) if t.shape[0] > 1 else 0.0
             rate = float(seq[-1] - seq[0]) / span if span > 0 else math.inf
-            short, whole = ENGINE_FASTER if rate > _POLL_HZ else POLLS_LATE
+            faster = rate > _POLL_HZ
+            short, whole = ENGINE_FASTER if faster else POLLS_LATE
             plural = "" if n == 1 else "s"
             self._samples_note = (
                 _SAMPLES_TEXT.format(n=n, s=plural, cause=short),
-                _SAMPLES_TIP.format(n=n, s=plural, cause=whole),
+                _SAMPLES_TIP.format(n=n, s=plural, cause=whole) + ("" if faster else _RUG_TIP),
             )
+            if not faster:  # (an engine faster than the poll skips frames at every poll: no place is special)
+                at = np.flatnonzero(view.skipped)
+                rug = seq[at].astype(np.float64) - (view.skipped[at] + 1) / 2.0  # the middle of each skipped run
+        self.skip_rug.set_positions(rug)
         self._show_note()
 
     def set_held(self, text: str | None) -> None:

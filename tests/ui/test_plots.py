@@ -797,3 +797,29 @@ def test_one_skipped_frame_is_one_frame(panel: PlotsPanel) -> None:
     panel.update_view()
     assert panel.samples_label.text().startswith("values are samples: 1 frame skipped in this window (")
     assert panel.samples_label.toolTip().startswith("1 frame skipped in the window shown")
+
+
+def test_skipped_frames_are_marked_under_envs_ended_where_polls_came_late(qtbot, panel: PlotsPanel) -> None:
+    """Seen at 4096 envs: a whole-population truncation at a frame the poll missed was simply not there,
+    the counts' step curve reading "none ended" across it beside a reward curve that plainly reset."""
+    history = panel.history
+    n = history.num_envs
+    for seq in range(900, 1100):  # a 50 Hz engine, polled on time but for two late polls
+        if seq in (1000, 1050, 1051):
+            continue
+        history.append(seq, seq / 50, np.zeros(n, np.float32), np.zeros(n, np.uint8))
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.update_view()
+    assert panel.skip_rug.positions.tolist() == [1000.0, 1050.5]
+    assert "amber ticks" in panel.samples_label.toolTip()
+    panel.graphics.grab()
+    assert panel.skip_rug.last_drawn == 2
+    # an engine faster than the poll skips at every poll: the note says so, no place is marked
+    fast = History(n, capacity=2000, raster_capacity=120)
+    for i in range(300):
+        fast.append(1 + 4 * i, i / 60, np.zeros(n, np.float32), np.zeros(n, np.uint8))
+    panel.set_history(fast)
+    panel.update_view()
+    assert panel.samples_label.text().endswith("(engine faster than the poll)")
+    assert panel.skip_rug.positions.shape == (0,) and "amber ticks" not in panel.samples_label.toolTip()
