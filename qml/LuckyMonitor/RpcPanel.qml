@@ -169,8 +169,13 @@ DarkPane {
                     model: root.backend.services
                     delegate: RowLayout {
                         id: row
+                        objectName: "serviceRow_" + model.name
                         required property var model
                         required property int index
+                        // A click puts the tooltip away until the pointer leaves the row, as a widget's does: it
+                        // had stayed up over the row above, telling the state before the click.
+                        property bool tipDismissed: false
+                        readonly property bool tipShown: rowHover.hovered && !tipDismissed
                         readonly property string tip: !root.backend.toolsAvailable ? root.backend.toolsReason
                                                     : !model.available ? "the engine does not offer " + model.name
                                                     : model.pending ? "waiting for the engine"
@@ -226,10 +231,16 @@ DarkPane {
                             checked: row.model.enabled
                             enabled: root.backend.toolsAvailable && row.model.available && !row.model.pending
                             opacity: enabled ? 1.0 : 0.45
-                            onClicked: root.backend.setServiceEnabled(row.model.bit, !row.model.enabled)
+                            onClicked: {
+                                row.tipDismissed = true
+                                root.backend.setServiceEnabled(row.model.bit, !row.model.enabled)
+                            }
                         }
-                        HoverHandler { id: rowHover }
-                        ToolTip.visible: rowHover.hovered
+                        HoverHandler {
+                            id: rowHover
+                            onHoveredChanged: if (!hovered) row.tipDismissed = false
+                        }
+                        ToolTip.visible: row.tipShown
                         ToolTip.text: row.tip
                         ToolTip.delay: 500
                     }

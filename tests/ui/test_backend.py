@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 import pytest
 import shiboken6
-from PySide6.QtCore import QMetaObject, QObject, QPointF, QUrl
+from PySide6.QtCore import QMetaObject, QObject, QPoint, QPointF, Qt, QUrl
 from PySide6.QtQuick import QQuickItem
 from PySide6.QtQuickWidgets import QQuickWidget
+from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
 from lucky_monitor.core.monitor import Counters, LinkState, Rates
@@ -990,6 +991,21 @@ def test_camera_toggle_goes_through_the_engine(rig, views) -> None:
     rig.pump(lambda: b.services.row(CAMERA)["enabled"], "camera shown enabled again")
     assert services_enabled(eng.name) >> CAMERA & 1
     assert qml_child(panel, "serviceSwitch_Camera").property("checked") is True
+
+    # The row's tooltip ("click to disable Camera") goes away at a click, until the pointer leaves the
+    # row: it had stayed up over the row above, telling the state before the click.
+    row_item = qml_child(panel, "serviceRow_Camera")
+    centre = switch.mapToScene(QPointF(switch.property("width") / 2, switch.property("height") / 2)).toPoint()
+    QTest.mouseMove(panel, centre)
+    rig.pump(lambda: row_item.property("tipShown"), "the row's tooltip shown while hovered", tick=False)
+    QTest.mouseClick(panel, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, centre)
+    rig.pump(lambda: b.services.row(CAMERA)["pending"] or not b.services.row(CAMERA)["enabled"], "clicked")
+    assert row_item.property("tipShown") is False
+    rig.pump(lambda: not b.services.row(CAMERA)["enabled"], "camera shown disabled by the click")
+    QTest.mouseMove(panel, QPoint(centre.x(), panel.height() - 2))  # away from the row
+    rig.pump(lambda: not row_item.property("tipDismissed"), "dismissal forgotten off the row", tick=False)
+    QTest.mouseMove(panel, centre)
+    rig.pump(lambda: row_item.property("tipShown"), "shown again on the next hover", tick=False)
 
 
 @engine_only
