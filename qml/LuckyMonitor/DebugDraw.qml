@@ -185,11 +185,14 @@ DarkPane {
             Label {
                 objectName: "lastDrawResult"
                 Layout.fillWidth: true
-                Layout.preferredWidth: 1  // never widen the panel: long results elide
+                Layout.preferredWidth: 1  // never widen the panel: long results wrap, past two lines elide
                 text: root.backend.lastDrawResult || "none yet"
                 textFormat: Text.PlainText  // never markup: engine text shows as the characters it is
                 color: Theme.resultColor(root.backend.lastDrawResultKind)
                 font.bold: true
+                // "error: service Debug is disabled · before Debug was turned on" read "… disabled ·…"
+                wrapMode: Text.Wrap
+                maximumLineCount: 2
                 elide: Text.ElideRight
             }
         }

@@ -618,6 +618,26 @@ def test_results_land_in_the_right_place(qapp) -> None:
     assert [r["lastResult"] for r in b.services.rows] == [r["lastResult"] for r in rows]
 
 
+def test_a_long_draw_result_wraps_in_a_narrow_dock(views) -> None:
+    """Seen in a 330 px dock: "error: service Debug is disabled ·…", the part saying why cut off."""
+    b = MonitorBackend(StandInSession())
+    off = live_fields(services_enabled=Service.all_mask() & ~Service.DEBUG.bit)
+    on = live_fields(services_enabled=Service.all_mask())
+    draw = views(b, "DebugDraw")
+    draw.resize(330, 480)
+    b.apply(attached_tick(t=1.0, live=off))
+    b.apply(
+        attached_tick(
+            t=1.02, live=off, results=(CommandResult("line", 0, "error", "error: service Debug is disabled", 0.001, 3),)
+        )
+    )
+    b.apply(attached_tick(t=1.06, live=on))
+    QApplication.processEvents()
+    label = qml_child(draw, "lastDrawResult")
+    assert label.property("text") == "error: service Debug is disabled · before Debug was turned on"
+    assert label.property("lineCount") == 2 and label.property("truncated") is False
+
+
 def test_a_draw_result_from_before_debug_was_switched_says_so(qapp) -> None:
     """A refusal for a disabled Debug read as current after Debug came back on, until the next send."""
     b = MonitorBackend(StandInSession())
