@@ -55,6 +55,7 @@ DarkPane {
             id: form
             objectName: "drawForm"
             Layout.fillWidth: true
+            Layout.fillHeight: false  // a tall dock's spare height goes below the form, not into it
             spacing: 8
             enabled: root.backend.toolsAvailable
             opacity: enabled ? 1.0 : 0.45
@@ -74,6 +75,7 @@ DarkPane {
                 id: pageArea
                 objectName: "drawPages"
                 Layout.fillWidth: true
+                Layout.fillHeight: false  // (a layout fills by default: a tall dock opened 150 px under a short page)
                 spacing: 8
                 Layout.preferredHeight: Math.max(linePage.implicitHeight + colour.implicitHeight + spacing,
                                                  arrowPage.implicitHeight + colour.implicitHeight + spacing,

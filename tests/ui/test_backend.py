@@ -1300,3 +1300,17 @@ def test_the_draw_forms_buttons_stay_put_when_the_tab_changes(views) -> None:
     assert len(set(where)) == 1, where
     pages = [qml_child(draw, n) for n in ("linePage", "arrowPage", "velocityPage")]
     assert send.mapToScene(QPointF(0, 0)).y() > max(p.mapToScene(QPointF(0, p.height())).y() for p in pages)
+
+    # A tall dock's spare height goes below the form: seen at 1920x1080, 150 px between the Line page's
+    # colours and the clear box.
+    for height in (480, 1000):
+        draw.resize(380, height)
+        for index in (2, 0):
+            tabs.setProperty("currentIndex", index)
+            draw.grabFramebuffer()
+            bottom = max(p.mapToScene(QPointF(0, p.height())).y() for p in pages if p.property("visible"))
+            if index == 0:
+                colour = qml_child(draw, "colour")
+                bottom = colour.mapToScene(QPointF(0, colour.height())).y()
+            gap = clear.mapToScene(QPointF(0, 0)).y() - bottom
+            assert gap <= (16 if index == 2 else 48), (height, index, gap)  # Line: the velocity page is taller
