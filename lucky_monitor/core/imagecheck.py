@@ -29,7 +29,14 @@ two consecutive checks and the whole grid is covered in turn. Findings:
   12, swinging ones 5-36, and still tiles reached 2.2 (why the factor is 4,
   not 2, which raised an alarm on a healthy demo within seconds). The check prefers
   missing a frozen tile among envs that all move alike to calling a still
-  scene frozen;
+  scene frozen. The two sightings compared are at least :data:`MIN_FRAMES`
+  image frames apart: an env seen again sooner (an engine slower than the
+  checks, or an env in two consecutive sample windows) is compared with
+  its older sighting later, the episode ends since then remembered. Over a
+  few frames a nearly still env's velocities can change many times as much
+  as the others' while its pixels stay put: at 4096 envs with the engine at
+  5 frames a second, a balanced pole was called frozen on two sightings 5
+  frames apart;
 * ``lag``: ``frame_seq - image_frame_seq`` exceeds what the measured camera
   rate explains (``2 * frames_per_s / images_per_s + 2`` frames, or two
   seconds of frames when no image came in the last second) while the Camera
@@ -58,12 +65,14 @@ import numpy as np
 
 from .inspector import Alarm
 
-__all__ = ["FROZEN_FACTOR", "MIN_MOVING", "OBS_KEPT", "ImageCheckResult", "ImageChecker"]
+__all__ = ["FROZEN_FACTOR", "MIN_FRAMES", "MIN_MOVING", "OBS_KEPT", "ImageCheckResult", "ImageChecker"]
 
 #: Sampled envs whose tiles changed, needed as the reference of the frozen check.
 MIN_MOVING = 3
 #: A frozen tile's env moved at least this many times the other envs' average and the median moving env.
 FROZEN_FACTOR = 4.0
+#: Image frames at least between the two sightings of an env the frozen check compares (half a second at 50 Hz).
+MIN_FRAMES = 25
 #: Elements of each env's observation kept between checks (as float64: 2 MiB of state at 4096 envs).
 OBS_KEPT = 64
 
@@ -123,7 +132,9 @@ class ImageChecker:
         self.period_s = float(period_s)
         self._start = 0
         self._next = 0.0
-        self._last: dict[int, tuple[int, np.ndarray | None, int]] = {}  # env -> (CRC-32, obs head, image_seq)
+        # env -> its sighting the frozen check compares with: (CRC-32, obs head, image_seq, image_frame_seq,
+        # an episode ended since)
+        self._last: dict[int, tuple[int, np.ndarray | None, int, int, bool]] = {}
         self._flags: dict[int, tuple[str, ...]] = {}
 
     def due(self, now: float) -> bool:
@@ -193,13 +204,20 @@ class ImageChecker:
             heads: list[np.ndarray | None] = [None] * k if kept is None else [row.copy() for row in kept]
             candidates: list[tuple[int, int, bool]] = []  # (index in sample, env, tile changed)
             deltas: list[np.ndarray] = []
+            too_soon: set[int] = set()  # envs seen again too soon: their older sighting stays the reference
             for i, env in enumerate(env_list):
                 head = heads[i]
                 prev = self._last.get(env)
+                ended_now = ended is not None and bool(ended[i])
+                if prev is not None and 0 <= image_frame_seq - prev[3] < MIN_FRAMES:
+                    self._last[env] = (*prev[:4], prev[4] or ended_now)
+                    too_soon.add(env)
+                    continue
                 if (
                     prev is not None
                     and not constant[i]
-                    and not (ended is not None and ended[i])
+                    and not ended_now
+                    and not prev[4]
                     and image_seq != prev[2]
                     and head is not None
                     and prev[1] is not None
@@ -226,7 +244,8 @@ class ImageChecker:
                                 )
                             )
             for i, env in enumerate(env_list):
-                self._last[env] = (digests[i], heads[i], image_seq)
+                if env not in too_soon:
+                    self._last[env] = (digests[i], heads[i], image_seq, image_frame_seq, False)
         lag = frame_seq - image_frame_seq
         if camera_on and frames_per_s is not None and frames_per_s > 0 and images_per_s is not None:
             explained = 2.0 * frames_per_s / images_per_s + 2 if images_per_s > 0 else 2.0 * frames_per_s + 2

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from lucky_monitor.core.imagecheck import ImageChecker
+from lucky_monitor.core.imagecheck import MIN_FRAMES, ImageChecker
 from lucky_monitor.core.inspector import MAX_ALARMS, AlarmScanner, dim_names, region_stats
 from lucky_monitor.core.session import MonitorSession, Tick
 from lucky_monitor.protocol.seqlock import engine_turn_read
@@ -159,7 +159,7 @@ def test_image_checker_finds_constant_duplicate_frozen_and_lag() -> None:
     t2[3] = t[3]  # env 3's picture did not change ...
     obs2 = obs + np.random.default_rng(7).uniform(0.5, 1.5, obs.shape).astype(np.float32)  # every env moves ...
     obs2[3] += 5.0  # ... env 3 more than most
-    r2 = ic.check(1.0, envs, t2, image_seq=4, image_frame_seq=11, frame_seq=11, obs_rows=obs2)
+    r2 = ic.check(1.0, envs, t2, image_seq=4, image_frame_seq=40, frame_seq=40, obs_rows=obs2)
     assert [(a.kind, a.env) for a in r2.alarms] == [("frozen", 3)]
     assert r2.flags == {3: ("frozen",)}
     # the camera rate explains 2 x 50/10 + 2 = 12 frames of lag; 40 is more
@@ -168,20 +168,20 @@ def test_image_checker_finds_constant_duplicate_frozen_and_lag() -> None:
         envs,
         t2 + 1,
         image_seq=6,
-        image_frame_seq=11,
-        frame_seq=51,
+        image_frame_seq=40,
+        frame_seq=80,
         obs_rows=obs2,
         frames_per_s=50,
         images_per_s=10,
     )
-    assert [(a.kind, a.env, a.frame_seq) for a in r3.alarms] == [("lag", None, 51)]
+    assert [(a.kind, a.env, a.frame_seq) for a in r3.alarms] == [("lag", None, 80)]
     r4 = ic.check(
         3.0,
         envs,
         t2 + 2,
         image_seq=8,
-        image_frame_seq=45,
-        frame_seq=51,
+        image_frame_seq=74,
+        frame_seq=80,
         obs_rows=obs2,
         frames_per_s=50,
         images_per_s=10,
@@ -327,8 +327,8 @@ def test_constant_duplicate_and_frozen_tiles_raise_the_three_image_alarms(segmen
         for k in range(1, 5):
             seg.obs[:] = rng.standard_normal((6, 3)).astype(np.float32)  # every env's obs changes ...
             seg.obs[5] += 10 * k  # ... env 5's by more than any other
-            write_images(seg, frame(k), k)
-            publish(seg, k)
+            write_images(seg, frame(k), 30 * k)  # half a second and more apart at 50 Hz (MIN_FRAMES)
+            publish(seg, 30 * k)
             tick = s.step()
             clock[0] += 0.6
             tick = s.step()
@@ -451,10 +451,10 @@ def test_a_still_scene_whose_clock_runs_is_not_frozen_a_stuck_camera_on_a_moving
     t2 = tiles(6, seed=9)
     t2[4] = t[4]  # env 4 stands still: only its clock moved
     t2[5] = t[5]  # env 5 moved, its picture did not
-    r = ic.check(1.0, envs, t2, image_seq=4, image_frame_seq=2, frame_seq=2, obs_rows=obs2)
+    r = ic.check(1.0, envs, t2, image_seq=4, image_frame_seq=50, frame_seq=50, obs_rows=obs2)
     assert [(a.kind, a.env) for a in r.alarms] == [("frozen", 5)]
     # with no moving tiles to compare with, nothing is called frozen
-    r = ic.check(2.0, envs, t2, image_seq=6, image_frame_seq=3, frame_seq=3, obs_rows=obs2 + 1)
+    r = ic.check(2.0, envs, t2, image_seq=6, image_frame_seq=100, frame_seq=100, obs_rows=obs2 + 1)
     assert r.alarms == ()
 
 
@@ -501,7 +501,7 @@ def test_an_env_whose_episode_ended_is_not_judged_frozen_by_its_reset_jump() -> 
         obs2[2] += 40.0  # ... env 2 jumps: its episode was reset (the clock back to 0, the cart re-centred)
         t2 = tiles(6, seed=4)
         t2[2] = t[2]  # and the new episode starts where the old one stood: the same pixels
-        r = ic.check(1.0, envs, t2, image_seq=4, image_frame_seq=2, frame_seq=2, obs_rows=obs2, ended=ended)
+        r = ic.check(1.0, envs, t2, image_seq=4, image_frame_seq=50, frame_seq=50, obs_rows=obs2, ended=ended)
         return [(a.kind, a.env) for a in r.alarms]
 
     assert run(None) == [("frozen", 2)]  # without the done flag it reads as a stuck camera
@@ -515,13 +515,13 @@ def test_motion_is_scaled_by_the_other_envs_and_still_tiles_near_the_old_bar_are
     obs2[6] = obs[6] + 2.5  # ... env 6 by 2.5: a sway under a pixel while its velocities changed sign
     t2 = tiles(8, seed=3)
     t2[6] = t[6]
-    r = ic.check(1.0, envs, t2, image_seq=4, image_frame_seq=2, frame_seq=2, obs_rows=obs2)
+    r = ic.check(1.0, envs, t2, image_seq=4, image_frame_seq=50, frame_seq=50, obs_rows=obs2)
     assert r.alarms == ()
     obs3 = obs2 + 1.0
     obs3[6] = obs2[6] + 6.0  # a camera stuck on an env that moves six times as much as the others
     t3 = tiles(8, seed=5)
     t3[6] = t[6]
-    r = ic.check(2.0, envs, t3, image_seq=6, image_frame_seq=3, frame_seq=3, obs_rows=obs3)
+    r = ic.check(2.0, envs, t3, image_seq=6, image_frame_seq=100, frame_seq=100, obs_rows=obs3)
     assert [(a.kind, a.env) for a in r.alarms] == [("frozen", 6)]
 
 
@@ -565,3 +565,38 @@ def test_statistics_follow_the_rate_a_view_sets_never_above_inspect_hz(segment_f
     assert 38 <= fast <= 42, fast
     assert 4 <= slow <= 6, slow
     assert 38 <= capped <= 42, capped
+
+
+def test_sightings_fewer_than_min_frames_apart_are_not_compared_the_older_one_is_kept() -> None:
+    """Seen at 4096 envs, the engine at 5 frames a second: a balanced pole in two consecutive sample windows,
+    5 frames apart, its velocities changed several times as much as the others' while its pixels stayed."""
+
+    def second(frames: int, ended: bool = False) -> tuple[ImageChecker, list[tuple[str, int | None]]]:
+        ic, envs, obs, t, rng = first_check(6, 4, seed=11)
+        obs2 = obs + rng.uniform(0.5, 1.5, obs.shape)
+        obs2[2] += 40.0
+        t2 = tiles(6, seed=4)
+        t2[2] = t[2]
+        flags = np.array([False, False, ended, False, False, False])
+        r = ic.check(
+            1.0, envs, t2, image_seq=4, image_frame_seq=1 + frames, frame_seq=1 + frames, obs_rows=obs2, ended=flags
+        )
+        return ic, [(a.kind, a.env) for a in r.alarms]
+
+    assert second(MIN_FRAMES)[1] == [("frozen", 2)]  # far enough apart: judged (as a stuck camera)
+    ic, found = second(5)
+    assert found == []  # 5 frames: not judged ...
+    envs = ic.envs()
+    obs, t = np.random.default_rng(11).standard_normal((6, 4)), tiles(6)  # the first check's sighting
+    obs3 = obs + np.random.default_rng(3).uniform(0.5, 1.5, obs.shape)
+    obs3[2] += 40.0
+    t3 = tiles(6, seed=8)
+    t3[2] = t[2]
+    r = ic.check(2.0, envs, t3, image_seq=6, image_frame_seq=1 + MIN_FRAMES, frame_seq=1 + MIN_FRAMES, obs_rows=obs3)
+    assert [(a.kind, a.env) for a in r.alarms] == [("frozen", 2)]  # ... but later, against the older sighting
+
+    # an episode end seen at the sighting that came too soon still counts when the older one is compared
+    ic, found = second(5, ended=True)
+    assert found == []
+    r = ic.check(2.0, envs, t3, image_seq=6, image_frame_seq=1 + MIN_FRAMES, frame_seq=1 + MIN_FRAMES, obs_rows=obs3)
+    assert r.alarms == ()
