@@ -47,7 +47,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from PySide6.QtCore import Qt, Signal
 
 from lucky_monitor.core.session import DisplayOptions, ImageFrame, PixelReading, ViewRequest
-from lucky_monitor.core.tiler import FrameMeta, GridGeometry, Tiler, TilerError, source_format
+from lucky_monitor.core.tiler import MAX_ENVS, FrameMeta, GridGeometry, Tiler, TilerError, source_format
 from lucky_monitor.protocol.enums import ImageFormat
 from lucky_monitor.protocol.errors import LuckyMonitorError
 from lucky_monitor.ui import palette as pal
@@ -55,6 +55,8 @@ from lucky_monitor.ui.text_line import TextLine
 
 #: Seconds between updates of the grid's counters line while frames stream in.
 META_PERIOD_S = 0.2
+#: The columns box's limit before a grid gives its own (one tile row of every env at most).
+MAX_COLUMNS_ASKED = MAX_ENVS
 
 __all__ = [
     "GridCanvas",
@@ -795,7 +797,9 @@ class ImageGridWidget(QtWidgets.QWidget):
 
         # --- controls
         self.columns_spin = QtWidgets.QSpinBox()
-        self.columns_spin.setRange(0, 0)
+        # Any count until the first grid says its limit: a count asked for before the first image (`--columns`,
+        # the saved one) was clamped to 0 ("auto") and lost.
+        self.columns_spin.setRange(0, MAX_COLUMNS_ASKED)
         self.columns_spin.setSpecialValueText("auto")
         self.columns_spin.setToolTip("tiles per row (auto: the count that shows the tiles largest in the view)")
         self.flip_check = QtWidgets.QCheckBox("flip")

@@ -557,9 +557,24 @@ def test_a_one_off_run_leaves_the_saved_layout_alone(qtbot, engine, settings):
     qtbot.addWidget(win)
     win.show()
     qtbot.waitUntil(lambda: win.grid.tiler is not None, timeout=10000)
+    # Seen: `--columns 2` showed "auto" and 6 tiles a row; the box could not hold a value before the first image.
+    assert win.grid.tiler.columns == 2 and win.grid.columns_spin.value() == 2
     win.close()
     assert settings.value("grid/columns", type=int) == 5
     assert settings.value("window/geometry") is None
+
+
+def test_the_saved_column_count_comes_back(qtbot, engine, settings):
+    from lucky_monitor.ui.main_window import MainWindow
+
+    settings.setValue("grid/columns", 4)
+    settings.sync()
+    win = MainWindow(engine.name, settings=settings)
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitUntil(lambda: win.grid.tiler is not None, timeout=10000)
+    assert win.grid.tiler.columns == 4 and win.grid.columns_spin.value() == 4
+    win.close()
 
 
 def test_pressing_repeat_never_widens_the_window(qtbot, engine, window):
