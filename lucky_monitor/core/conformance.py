@@ -251,6 +251,8 @@ _BOUND_DETAIL: dict[str, Callable[[Header], str]] = {
     "gpu_obs_mode": lambda h: f"{h.gpu_obs_mode}",
     "sim_mode": lambda h: f"{h.sim_mode}",
     "engine_state": lambda h: f"{h.engine_state}",
+    "frame_seq": lambda h: f"{h.frame_seq} < 2^63",
+    "action_seq": lambda h: f"{h.action_seq} < 2^63",
     "tools_ring_size": lambda h: f"{h.tools_ring_size}, a power of two in {hdr.MIN_RING}..{hdr.MAX_RING}",
 }
 _IMAGE_FIELDS = ("image_width", "image_height", "image_channels", "image_format")
@@ -264,6 +266,8 @@ _SCALAR_BOUNDS = (
     "gpu_obs_mode",
     "sim_mode",
     "engine_state",
+    "frame_seq",
+    "action_seq",
 )
 
 

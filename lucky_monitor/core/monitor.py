@@ -32,7 +32,7 @@ import numpy as np
 
 from ..protocol.enums import EngineState, SimMode
 from ..protocol.errors import ForeignSegment, HeaderError, LuckyMonitorError, TruncatedSegment
-from ..protocol.header import Header
+from ..protocol.header import MAX_COUNT, Header, count_message
 from ..protocol.seqlock import hot_read, seqlock_read
 from ..transport.discovery import newest_live, pid_alive
 from ..transport.shm import Live, ReadPlan, Segment, peek_header
@@ -228,6 +228,7 @@ class _Attached:
     hot_action: int = 0
     client_pid: int = 0
     client_since: float = 0.0  # when client_pid last changed
+    departed: tuple[int, float] | None = None  # (pid, when): a trainer found gone as its client_pid was cleared
     samples: collections.deque[tuple[float, int, int]] = field(default_factory=lambda: collections.deque(maxlen=256))
     turns: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=120))
     hot_plan: ReadPlan | None = None  # the hot arrays' copy: one preadv where the layout allows
@@ -263,6 +264,8 @@ class MonitorCore:
     #: Seconds between comparisons of the non-live header fields with those at attach (one 4 KiB pread).
     FIXED_CHECK_S = 1.0
     NOTICE_S = 5.0
+    #: Seconds "trainer exited" stays after the engine cleared a dead trainer's client_pid (then free-running).
+    TRAINER_GONE_S = 10.0
 
     def __init__(
         self,
@@ -523,6 +526,12 @@ class MonitorCore:
         if reason is not None:
             self._lost(reason, now)
             return None
+        if live.frame_seq >= MAX_COUNT or live.action_seq >= MAX_COUNT:
+            # (a count past 2^63 is no frame counter: the history, the views and the exporters hold int64)
+            field, v = ("frame_seq", live.frame_seq) if live.frame_seq >= MAX_COUNT else ("action_seq", live.action_seq)
+            reason = str(HeaderError(field, count_message(v)))
+            self._lost(reason, now, LinkState.INCOMPATIBLE, f"{seg.name}: incompatible")
+            return None
         if live.engine_state > _ENGINE_STATE_MAX or live.sim_mode > _SIM_MODE_MAX:
             # The live fields the attach validated (rule 9) are held to the same ranges at every poll: a state
             # the protocol has no word for is not shown as some other state (unsigned: only too large fails).
@@ -550,6 +559,16 @@ class MonitorCore:
             att.pids_checked_at = now
             att.server_alive = pid_alive(h.server_pid)
             att.client_alive = live.client_pid == 0 or pid_alive(live.client_pid)
+            # A trainer found gone is said to have exited for TRAINER_GONE_S from then, also after the engine
+            # cleared its client_pid: the engine does so within a step, so the poll that finds client_pid
+            # cleared is usually the first to see the trainer gone (it read as a plain free run).
+            gone = live.client_pid if live.client_pid != 0 and not att.client_alive else 0
+            if not gone and live.client_pid == 0 and att.client_pid != 0 and not pid_alive(att.client_pid):
+                gone = att.client_pid
+            if gone and (att.departed is None or att.departed[0] != gone):
+                att.departed = (gone, now)
+            elif live.client_pid != 0 and att.client_alive:
+                att.departed = None
         if not att.server_alive:
             self._lost(f"engine pid {h.server_pid} is gone", now)
             return None
@@ -796,6 +815,12 @@ class MonitorCore:
                 f"no consistent image: image_seq odd at {100 * att.odd_share:.0f} % of polls",
                 "the engine is stuck inside an image write, keeps the image seqlock inverted, or writes images "
                 "without a pause (LAYOUT 8.1); no image is copied meanwhile, the last good one stays",
+            )
+        elif client_pid == 0 and att.departed is not None and now - att.departed[1] < self.TRAINER_GONE_S:
+            self._set(
+                LinkState.TRAINER_LOST,
+                f"trainer pid {att.departed[0]} exited",
+                "the engine cleared its client_pid and free-runs",
             )
         elif client_pid == 0:
             text = "free-running, no trainer" if idle < self.stall_after else f"free-running, no frame for {idle:.0f} s"

@@ -52,6 +52,9 @@ MAX_VEC = 1 << 16  # floats per env for obs / act
 MAX_IMAGE_SIDE = 4096
 MIN_RING = 64
 MAX_RING = 1 << 30
+#: ``frame_seq`` and ``action_seq`` stay below this: a count every reader may hold in a signed 64-bit integer
+#: (at a million frames a second, 292,000 years of them).
+MAX_COUNT = 1 << 63
 
 #: (name, offset, struct code) for every header field, in layout order.
 FIELDS: tuple[tuple[str, int, str], ...] = (
@@ -371,6 +374,11 @@ def _check_prototype(buf: Any, h: Header) -> None:
             raise IncompatibleLayout(name, f"{off} points inside the {HEADER_SIZE}-byte header: {hint}")
 
 
+def count_message(value: int) -> str:
+    """What :func:`validate` says of a ``frame_seq`` or ``action_seq`` at or above :data:`MAX_COUNT`."""
+    return f"{value}, must be below 2^63 (a count a signed 64-bit integer holds)"
+
+
 def validate(buf: Any, mapped_size: int | None = None) -> Header:
     """Parse and check a header; return it or raise one specific error.
 
@@ -425,6 +433,10 @@ def validate(buf: Any, mapped_size: int | None = None) -> Header:
         v = getattr(h, name)
         if vocab.get(v) is None:
             raise HeaderError(name, f"{v}, must be {vocab.describe()}")
+    for name in ("frame_seq", "action_seq"):
+        v = getattr(h, name)
+        if v >= MAX_COUNT:
+            raise HeaderError(name, count_message(v))
     if h.tools_offset:
         if h.tools_offset % TOOLS_ALIGN:
             raise RegionError("tools_offset", f"{h.tools_offset} is not a multiple of {TOOLS_ALIGN}")

@@ -334,6 +334,72 @@ def test_a_live_field_out_of_its_range_while_attached_reads_incompatible(engines
     s.close()
 
 
+@pytest.mark.parametrize("field", ["frame_seq", "action_seq"])
+def test_a_count_past_2_63_reads_incompatible_not_a_traceback(engines, field) -> None:
+    """Seen: frame_seq set to 2^63 + 101 in a live segment made the window print a HistoryError traceback at
+    every tick and `watch` and `export` exit 1 (`export` taking every other segment's metrics with it)."""
+    import struct
+
+    from lucky_monitor.protocol.header import OFFSET
+
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name, tools=False, images=False)
+    run(s, engines, lambda t: t.state is LinkState.FREE_RUNNING and t.frame is not None, "attached")
+    struct.pack_into("<Q", eng.seg.buf, OFFSET[field], (1 << 63) + 101)  # the engine stopped there: not stepped
+    deadline = time.monotonic() + 2.0
+    tick = s.step()
+    while tick.state is not LinkState.INCOMPATIBLE and time.monotonic() < deadline:
+        tick = s.step()
+    assert tick.state is LinkState.INCOMPATIBLE, (tick.state, tick.reason)
+    assert tick.reason == f"{field}: {(1 << 63) + 101}, must be below 2^63 (a count a signed 64-bit integer holds)"
+    for _ in range(5):  # and it stays so while the value stays: each attach refuses it
+        tick = s.step()
+        assert tick.state in (LinkState.INCOMPATIBLE, LinkState.SEARCHING), tick.state
+    s.close()
+
+
+def test_a_trainer_killed_reads_trainer_exited_though_the_engine_cleared_its_pid_first(engines) -> None:
+    """Seen: SIGKILL of the trainer went straight from lock-step to free-running in `watch` (3 of 3): the engine
+    clears a dead trainer's client_pid within a step, before the monitor's next look at the pid."""
+    import struct
+
+    from lucky_monitor.protocol.header import OFFSET
+
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    clock = [1000.0]
+    s = MonitorSession(eng.name, tools=False, images=False, clock=lambda: clock[0])
+    run(s, engines, lambda t: t.state is LinkState.FREE_RUNNING, "attached")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        struct.pack_into("<I", eng.seg.buf, OFFSET["client_pid"], sleeper.pid)  # a "trainer" claims the engine
+        tick = run(s, engines, lambda t: t.live is not None and t.live.client_pid == sleeper.pid, "claimed")
+        assert tick.state is not LinkState.TRAINER_LOST
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    eng._client_checked = (0, 0.0)  # the engine looks at once ...
+    eng.tick()
+    assert eng.clients_detached == 1  # ... and clears the pid before the monitor's next poll
+    clock[0] += 0.1
+    tick = s.step()
+    assert tick.state is LinkState.TRAINER_LOST and tick.text == f"trainer pid {sleeper.pid} exited", tick.text
+    from lucky_monitor.core.monitor import MonitorCore
+
+    states = []
+    for _ in range(round(MonitorCore.TRAINER_GONE_S / 0.25) + 2):  # said for TRAINER_GONE_S, then free-running
+        clock[0] += 0.25
+        eng.tick()
+        beat = struct.unpack_from("<Q", eng.seg.buf, OFFSET["heartbeat_ns"])[0]
+        struct.pack_into("<Q", eng.seg.buf, OFFSET["heartbeat_ns"], beat + 1)  # a beat a step (the clock is ours)
+        states.append(s.step().state)
+    gone = round(MonitorCore.TRAINER_GONE_S / 0.25) - 1
+    assert set(states[:gone]) == {LinkState.TRAINER_LOST}, states
+    assert states[-1] is LinkState.FREE_RUNNING, states
+    s.close()
+
+
 def test_watcher_says_no_image_rate_without_an_image_region_and_names_a_segment_once(engines) -> None:
     import io
 

@@ -212,6 +212,8 @@ RULES: list[tuple[dict[str, object], type[HeaderError], str]] = [
     ({"gpu_obs_mode": 3}, HeaderError, "gpu_obs_mode"),
     ({"sim_mode": 3}, HeaderError, "sim_mode"),
     ({"engine_state": 4}, HeaderError, "engine_state"),
+    ({"frame_seq": 2**63}, HeaderError, "frame_seq"),
+    ({"action_seq": 2**64 - 1}, HeaderError, "action_seq"),
     ({"tools_offset": 65536 + 4096}, RegionError, "tools_offset"),
     ({"tools_ring_size": 100}, HeaderError, "tools_ring_size"),
     ({"tools_ring_size": 0}, HeaderError, "tools_ring_size"),
@@ -532,3 +534,8 @@ def test_every_accessor_of_an_accepted_header_works(buf: bytes) -> None:
     if h.has_images:
         assert h.resolved_image_format is not None
         assert h.resolved_image_format.channels == h.image_channels
+
+
+def test_counts_just_under_2_63_pass() -> None:
+    h = H.validate(pack({"frame_seq": 2**63 - 1, "action_seq": 2**63 - 2}), mapped_size=SIZE)
+    assert (h.frame_seq, h.action_seq) == (2**63 - 1, 2**63 - 2)
