@@ -716,7 +716,7 @@ def _cmd_check_live(args: argparse.Namespace, name: str, results: list[RuleResul
     else:
         width = max(len(r["rule"]) for r in rows)
         id_width = max(len(r["id"]) for r in rows)
-        print(f"check {name} --live ({elapsed:.1f} s)")
+        print(f"check {name} --live ({elapsed:.1f} s of a {budget_s(args.seconds, args.deadline):.1f} s bound)")
         for r in rows:
             line = f"  {r['status'].upper():<5} {r['id'].ljust(id_width)}  {r['rule'].ljust(width)}  {r['detail']}"
             print(line.rstrip())
@@ -758,7 +758,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             print(f"  {r.status.upper():<8} {r.rule.ljust(width)}  {ids}  {r.detail}".rstrip())
         print(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIPPED]} skipped, {counts[NA]} n/a")
     if err is not None:
-        _error(str(err))
+        _error(f"{_failed_segment(argparse.Namespace(command='check', name=name), err)}{err}")
         return err.exit_code
     return 0 if ok else 1
 

@@ -135,6 +135,11 @@ def test_reference_engine_free_running_passes_every_rule(subprocess_env, capsys)
         code, report = probe(capsys, name)
         with Segment.attach(name) as seg:
             assert tools_owner(seg) == 0  # released
+        # the text report's first line gives the bound as well (it had been in the JSON only)
+        assert main(["check", name, "--live", "--seconds", SECONDS, "--deadline", DEADLINE]) == EXIT_OK
+        first = capsys.readouterr().out.splitlines()[0]
+        bound = budget_s(float(SECONDS), float(DEADLINE))
+        assert re.fullmatch(rf"check {name} --live \(\d+\.\d s of a {bound:.1f} s bound\)", first), first
     assert code == EXIT_OK, failing(report)
     assert report["ok"] and report["live"]
     rows = live_rows(report)
