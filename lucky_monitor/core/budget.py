@@ -120,8 +120,13 @@ class Rates:
         return min(self.images_share * seen, self.images_hz)
 
     def images_text(self) -> str:
-        """``images 30 Hz``; a share of the images uncapped: ``images 95 %``."""
-        if self.images_hz >= POLL_HZ and self.images_share < 1.0:
+        """``images 30 Hz``; a share of the images uncapped: ``images 95 %``; every one: ``images all``.
+
+        (Every image read ``images 60 Hz``, the poll's rate, beside a 50 Hz camera.)
+        """
+        if self.every_image:
+            return "images all"
+        if self.images_hz >= POLL_HZ:
             return f"images {self.images_share * 100:g} %"
         return f"images {self.images_hz:g} Hz"
 

@@ -77,14 +77,14 @@ def test_no_budget_keeps_the_full_rates_and_still_measures():
     assert set(levels) == {0}
     assert b.usage_pct == pytest.approx(80.0, rel=0.02)
     assert not b.over_budget
-    assert b.text() == "CPU 80 % (no budget) · images 60 Hz · plots 10 Hz · panel 10 Hz"
+    assert b.text() == "CPU 80 % (no budget) · images all · plots 10 Hz · panel 10 Hz"
 
 
 def test_under_budget_nothing_changes():
     b = CpuBudget(10)
     levels, _, _ = run(b, lambda level, t: 4.0, 20)
     assert set(levels) == {0}
-    assert b.text() == "CPU 4 % of 10 % · images 60 Hz · plots 10 Hz · panel 10 Hz"
+    assert b.text() == "CPU 4 % of 10 % · images all · plots 10 Hz · panel 10 Hz"
 
 
 def test_over_budget_steps_down_to_the_first_rung_that_fits_and_stays():
@@ -234,8 +234,8 @@ def test_the_status_lines_shorter_forms_keep_the_usage_and_the_image_rate():
     b = CpuBudget(10)
     run(b, lambda level, t: 4.0, 20)
     full, medium, short = b.texts()
-    assert full == b.text() == "CPU 4 % of 10 % · images 60 Hz · plots 10 Hz · panel 10 Hz"
-    assert (medium, short) == ("CPU 4 % of 10 % · images 60 Hz", "CPU 4 % of 10 %")
+    assert full == b.text() == "CPU 4 % of 10 % · images all · plots 10 Hz · panel 10 Hz"
+    assert (medium, short) == ("CPU 4 % of 10 % · images all", "CPU 4 % of 10 %")
     assert CpuBudget(0).texts()[2] == "CPU — % (no budget)"
 
 

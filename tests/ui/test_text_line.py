@@ -133,7 +133,7 @@ def test_a_line_given_its_size_hint_shows_its_whole_text(qtbot, point_size) -> N
     font.setPointSizeF(point_size)
     line.setFont(font)
     texts = [
-        "CPU 15 % of 10 % · images 60 Hz · plots 0.5 Hz · panel 0.5 Hz · over budget at the lowest rates",
+        "CPU 15 % of 10 % · images all · plots 0.5 Hz · panel 0.5 Hz · over budget at the lowest rates",
         "49.7 frames/s   49.7 images/s   poll  1.8 ms",
         "lock-step with trainer pid 22796",
         "iiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiiii",
