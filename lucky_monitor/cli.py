@@ -470,8 +470,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
     rows = [head]
     for i in infos:
         if i.error is not None:
+            # (a name that fails the check may hold anything a file name can: escaped, never sent to the terminal)
             rows.append(
-                (i.name, "-", "-", "-", bytes_text(i.size), ago_text(now, i.mtime), f"invalid: {safe_text(i.error)}")
+                (
+                    safe_text(i.name),
+                    "-",
+                    "-",
+                    "-",
+                    bytes_text(i.size),
+                    ago_text(now, i.mtime),
+                    f"invalid: {safe_text(i.error)}",
+                )
             )
             continue
         server = f"{i.server_pid} {'alive' if i.server_alive else 'dead'}"

@@ -367,6 +367,21 @@ def test_check_truncated_file(shm_name: str, capsys) -> None:
 # ----------------------------------------------------------------------------- errors
 
 
+def test_list_escapes_a_file_name_with_control_characters(capsys) -> None:
+    """Seen: a file named `LuckyEngine_x<ESC>[31mRED<BEL>` in /dev/shm put its escape sequence on the terminal."""
+    prefix = f"LuckyEngine_c{uuid.uuid4().hex[:8]}"
+    path = os.path.join("/dev/shm", prefix + "\x1b[31mRED\x07")
+    with open(path, "wb") as f:
+        f.write(b"\0" * 4096)
+    try:
+        assert main(["list", "--prefix", prefix]) == 0
+    finally:
+        os.unlink(path)
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert f"{prefix}\\x1b[31mRED\\x07" in out and "name has characters outside" in out
+
+
 @pytest.mark.parametrize("argv", [["info"], ["check"]])
 def test_bad_names_and_missing_segments(argv: list[str], shm_name: str, capsys) -> None:
     assert main([*argv, shm_name]) == 5
