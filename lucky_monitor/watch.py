@@ -191,6 +191,7 @@ class Watcher:
         """The JSON object of one line (every key of :data:`JSON_KEYS`)."""
         h, live, r, c = tick.header, tick.live, tick.rates, tick.counters
         rewards = self._rewards if tick.header is not None else None
+        finite = None if rewards is None else rewards[np.isfinite(rewards)]
         per = self._frames * self._envs
         have_trunc = h is not None and h.truncateds_offset != 0
         rec: dict[str, Any] = {
@@ -215,9 +216,10 @@ class Watcher:
             "trainer_pid": None if live is None else live.client_pid,
             "heartbeat_age_s": _num(tick.heartbeat_age_s),
             "engine_turn_share": _num(tick.engine_share),
-            "reward_mean": None if rewards is None else _num(float(np.nanmean(rewards)) if rewards.size else None),
-            "reward_min": None if rewards is None or not rewards.size else _num(float(np.nanmin(rewards))),
-            "reward_max": None if rewards is None or not rewards.size else _num(float(np.nanmax(rewards))),
+            # over the finite rewards, as the window's plots and `export` (NaN and ±Inf: `nonfinite_total`)
+            "reward_mean": None if finite is None or not finite.size else _num(float(finite.mean(dtype=np.float64))),
+            "reward_min": None if finite is None or not finite.size else _num(float(finite.min())),
+            "reward_max": None if finite is None or not finite.size else _num(float(finite.max())),
             "done_fraction": _num(self._dones / per, 4) if per else None,
             "truncated_fraction": _num(self._truncs / per, 4) if per and have_trunc else None,
             "frames_seen": c.frames_seen,

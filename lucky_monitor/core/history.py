@@ -468,12 +468,13 @@ class History:
         rows = self._raster[appends % self._rcap]  # a copy: partitioned in place below
         ring = appends % self._cap
         self._stats_done = count
-        means = rows.mean(axis=1, dtype=np.float64)
-        with_nan = np.isnan(means)
-        if with_nan.any():
-            for j in np.flatnonzero(with_nan):
+        with np.errstate(invalid="ignore", over="ignore"):  # +Inf and -Inf in one row: a NaN mean, said below
+            means = rows.mean(axis=1, dtype=np.float64)
+        with_bad = ~np.isfinite(means)  # a NaN or an Inf among the rewards (an overflow needs 1e308s)
+        if with_bad.any():
+            for j in np.flatnonzero(with_bad):
                 self._write_stats(int(ring[j]), rows[j])
-            keep = ~with_nan
+            keep = ~with_bad
             rows, means, ring = rows[keep], means[keep], ring[keep]
             if rows.shape[0] == 0:
                 return
@@ -486,8 +487,8 @@ class History:
             stat[ring] = a + (rows[:, hi].astype(np.float64) - a) * frac if frac else a
 
     def _write_stats(self, i: int, row: np.ndarray) -> None:
-        """One frame's statistics where a reward is NaN: over the values that are not."""
-        values = row[~np.isnan(row)]
+        """One frame's statistics where a reward is NaN or ±Inf: over the finite values (the alarms count the rest)."""
+        values = row[np.isfinite(row)]
         if values.shape[0] == 0:
             for ring in (self._mean, self._min, self._max, self._p10, self._p90):
                 ring[i] = np.nan

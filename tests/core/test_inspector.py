@@ -243,6 +243,8 @@ def test_nan_in_obs_and_inf_in_rewards_reach_the_tick_and_watch_json(segment_fac
     seg.obs[5, 3] = np.nan
     seg.rewards[:] = 1.0
     seg.rewards[7] = np.inf
+    seg.rewards[6] = -np.inf  # beside +Inf: numpy warned on stderr, and watch said "reward —"
+    seg.rewards[0] = 3.0
     publish(seg, 1)
     s = MonitorSession(seg.name, tools=False, images=False, discover=False, traffic=False)
     out = io.StringIO()
@@ -256,12 +258,15 @@ def test_nan_in_obs_and_inf_in_rewards_reach_the_tick_and_watch_json(segment_fac
     finally:
         s.close()
     keys = {(a.region, a.env, a.dim, a.kind, a.frame_seq) for a in tick.alarms.recent}
-    assert keys == {("obs", 5, 3, "nan", 1), ("rewards", 7, None, "inf", 1)}
-    assert tick.alarms.nonfinite_total == {"obs": 1, "actions": 0, "rewards": 1}  # frame 1 checked once
+    assert keys == {("obs", 5, 3, "nan", 1), ("rewards", 7, None, "inf", 1), ("rewards", 6, None, "inf", 1)}
+    assert tick.alarms.nonfinite_total == {"obs": 1, "actions": 0, "rewards": 2}  # frame 1 checked once
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     listed = [a for rec in lines for a in rec["alarms"]]
     assert {"region": "obs", "env": 5, "dim": 3, "kind": "nan", "frame_seq": 1} in listed
     assert {"region": "rewards", "env": 7, "dim": None, "kind": "inf", "frame_seq": 1} in listed
+    # the reward figures are over the finite rewards, as export's and the plots' are
+    last = lines[-1]
+    assert (last["reward_mean"], last["reward_min"], last["reward_max"]) == (1.333, 1.0, 3.0), last
     assert all(
         rec["nonfinite_total"] is None or set(rec["nonfinite_total"]) == {"obs", "actions", "rewards"} for rec in lines
     )
