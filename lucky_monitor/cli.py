@@ -604,7 +604,14 @@ def _cmd_info(args: argparse.Namespace) -> int:
             else f"pid {fields['client_pid']} {'alive' if derived['client_alive'] else 'dead'}",
         ),
         ("turn", f"{derived['turn']} (frame_seq - action_seq = {derived['frame_gap']})"),
-        ("heartbeat age", "not measurable" if age is None else f"{age:.3f} s"),
+        (
+            "heartbeat age",
+            "not measurable"
+            if age is None
+            else f"{age:.3f} s"
+            if age >= 0
+            else f"{-age:.3f} s in the future (not this machine's CLOCK_MONOTONIC)",
+        ),
         (
             "pixel format",
             "no images"

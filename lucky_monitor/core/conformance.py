@@ -198,7 +198,8 @@ def heartbeat_age(heartbeat_ns: int) -> float | None:
     Parameters
     ----------
     heartbeat_ns
-        The header's ``heartbeat_ns``; 0 (never beat) gives ``None``.
+        The header's ``heartbeat_ns``; 0 (never beat) gives ``None``. A beat in the future gives a
+        negative age (not this machine's clock).
     """
     if not heartbeat_ns or not sys.platform.startswith("linux"):
         return None
@@ -416,6 +417,8 @@ def _heartbeat(s: Subject, _: str) -> Outcome:
     age = heartbeat_age(hb)
     if age is None:
         return NA, "engine clock not comparable on this platform"
+    if age < 0:  # read after the beat was written: only a clock other than this machine's gets here
+        return FAIL, f"heartbeat_ns is {-age:.3f} s in the future: not this machine's CLOCK_MONOTONIC (LAYOUT 8.3)"
     ok = age < HEARTBEAT_LIMIT_S
     return (PASS if ok else FAIL), f"last beat {age:.3f} s ago (limit {HEARTBEAT_LIMIT_S:g} s)"
 

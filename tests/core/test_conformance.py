@@ -56,6 +56,22 @@ def test_heartbeat_zero_with_the_extension_block_fails(segment_factory) -> None:
 
 
 @needs_dev_shm
+def test_a_heartbeat_in_the_future_fails_and_info_says_so(segment_factory, capsys) -> None:
+    """Seen: heartbeat_ns 2^64 - 1 passed C25 ("last beat -18446697992.897 s ago"), and `info` printed that age."""
+    from lucky_monitor.cli import main
+
+    eng = segment_factory()
+    eng.set("engine_state", EngineState.RUNNING)
+    eng.set("heartbeat_ns", 2**64 - 1)
+    status, detail = statuses(eng.name)["heartbeat fresh"]
+    assert status == FAIL and "in the future" in detail and "CLOCK_MONOTONIC" in detail, detail
+    capsys.readouterr()
+    assert main(["info", eng.name]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "heartbeat age" in ln)
+    assert "s in the future (not this machine's CLOCK_MONOTONIC)" in line and "-" not in line, line
+
+
+@needs_dev_shm
 def test_heartbeat_zero_is_allowed_while_initialising_and_without_the_extension(segment_factory) -> None:
     eng = segment_factory()
     assert statuses(eng.name)["heartbeat fresh"] == (NA, "engine initialising: heartbeat_ns may still be 0")
