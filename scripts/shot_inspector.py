@@ -12,6 +12,7 @@ display is set; the README's picture was taken under Xvfb at 1920x1080).
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -51,7 +52,9 @@ finally:
 
 
 def main() -> int:
-    out = sys.argv[1] if len(sys.argv) > 1 else "assets/screenshots"
+    parser = argparse.ArgumentParser(description="Screenshot of the inspector with alarms, for the README.")
+    parser.add_argument("out_dir", nargs="?", default="assets/screenshots", help="where the PNGs go")
+    out = parser.parse_args().out_dir
     os.makedirs(out, exist_ok=True)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from _shot_window import open_window

@@ -8,6 +8,7 @@ again. Usage: ``python scripts/shots_4096.py OUT_DIR``.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -16,7 +17,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def main() -> int:
-    out = sys.argv[1] if len(sys.argv) > 1 else "assets/screenshots"
+    parser = argparse.ArgumentParser(description="Screenshots of the 4096-env overview and a zoomed-in view (README).")
+    parser.add_argument("out_dir", nargs="?", default="assets/screenshots", help="where the PNGs go")
+    out = parser.parse_args().out_dir
     os.makedirs(out, exist_ok=True)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     name = f"LuckyEngine_shots_{os.getpid()}"
