@@ -72,3 +72,14 @@ def test_the_floor_steps_the_window_s_session_and_writes_its_stats(tmp_path, sub
         eng.wait(10)
         assert eng.stdout is not None
         eng.stdout.close()
+
+
+@pytest.mark.parametrize("script", ["shots_4096.py", "shot_inspector.py"])
+def test_the_screenshot_scripts_answer_help_without_running(script: str, tmp_path) -> None:
+    """Seen: `--help` was taken as the output folder; the script started an engine and wrote into ./--help/."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "scripts" / script
+    done = subprocess.run(
+        [sys.executable, str(path), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.startswith("usage:"), done.stderr
+    assert list(tmp_path.iterdir()) == []
