@@ -369,7 +369,12 @@ class ReferenceEngine:
         now = time.monotonic()
         period = 1.0 / self.cfg.hz
         if now >= self._next_tick:
-            self._next_tick = max(self._next_tick + period, now - period)
+            # The next slot on the grid (a step a little late keeps the rate at hz), unless that would come
+            # within half a period: then the grid starts again from now. It had allowed a slot of catch-up: two
+            # frames 1 ms apart after a trainer's pause, where LAYOUT 7 says at most one step per period.
+            self._next_tick += period
+            if self._next_tick - now < period / 2:
+                self._next_tick = now + period
             return True
         time.sleep(min(self._next_tick - now, 0.002))
         return False

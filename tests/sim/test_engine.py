@@ -814,9 +814,24 @@ def test_simulation_mode_changes_stepping(make_engine, tools_for) -> None:
     eng.cfg.hz = 20.0
     realtime = rate(m.SimMode.REALTIME)
     fast = rate(m.SimMode.FAST)
-    assert realtime <= 20.0 + 2 / 0.5  # pacing never runs ahead (one slot of catch-up at most)
+    assert realtime <= 20.0 + 1 / 0.5  # pacing never runs ahead
     assert realtime >= 4.0  # generous: a loaded machine still steps
     assert fast > 10 * realtime
+
+
+def test_realtime_never_steps_twice_in_a_period_after_a_pause(make_engine) -> None:
+    """Seen: right after a trainer's pause the engine published two frames 1 ms apart (one slot of catch-up)."""
+    eng = make_engine(image=None, hz=50.0, sim_mode=0)
+    step_once(eng)
+    for pause in (0.005, 0.03, 0.3):  # under a period, over one, many
+        time.sleep(pause)
+        times = []
+        t_end = time.monotonic() + 0.2
+        while time.monotonic() < t_end:
+            if eng.tick():
+                times.append(time.monotonic())
+        gaps = np.diff(times)
+        assert len(times) >= 3 and gaps.min() > 0.5 / 50.0, (pause, gaps)
 
 
 def test_realtime_paces_lock_step_deterministic_does_not(make_engine) -> None:
