@@ -809,6 +809,9 @@ class PlotsPanel(QtWidgets.QWidget):
         self.truncs_curve = pg.PlotDataItem(pen=pg.mkPen(pal.TRUNCATEDS, width=1), stepMode="right", name="truncateds")
         self.counts_plot.addItem(self.dones_curve)
         self.counts_plot.addItem(self.truncs_curve)
+        # The dones' bars over the truncateds' line: a truncation spike a frame or two from a done (in one
+        # pixel column) had hidden the done; drawn over it, the done's bar shows and the taller spike still does.
+        self.dones_curve.setZValue(1)
         self.counts_legend.addItem(self.dones_curve, "dones")
         self.counts_legend.addItem(self.truncs_curve, "truncateds")
         #: where the poll missed frames, while that is the exception (late polls): their envs ended are unknown

@@ -823,3 +823,32 @@ def test_skipped_frames_are_marked_under_envs_ended_where_polls_came_late(qtbot,
     panel.update_view()
     assert panel.samples_label.text().endswith("(engine faster than the poll)")
     assert panel.skip_rug.positions.shape == (0,) and "amber ticks" not in panel.samples_label.toolTip()
+
+
+def test_a_done_beside_a_truncation_spike_stays_visible(qtbot, panel: PlotsPanel) -> None:
+    """Seen: dones at frames a truncation spike 2-3 frames away shared a pixel column with were invisible."""
+    history = panel.history
+    n = history.num_envs
+    for seq in range(1, 400):
+        dones = np.zeros(n, np.uint8)
+        truncs = np.zeros(n, np.uint8)
+        if seq == 200:
+            dones[:3] = 1
+        if seq == 202:
+            truncs[:] = 1
+        history.append(seq, seq / 50, np.zeros(n, np.float32), dones, truncs)
+    panel.resize(300, 700)  # about 1.3 frames a pixel: the two in one column or next to each other
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.update_view()
+    image = panel.graphics.grab().toImage()
+    vb = panel.counts_plot.getViewBox()
+    at = vb.mapViewToScene(QtCore.QPointF(200.5, 1.0))  # inside the done's bar (3 envs ended), under the spike
+    colour = image.pixelColor(at.toPoint())
+    dones = QtGui.QColor(pal.DONES)
+    truncs = QtGui.QColor(pal.TRUNCATEDS)
+
+    def dist(c: QtGui.QColor, d: QtGui.QColor) -> int:
+        return abs(c.red() - d.red()) + abs(c.green() - d.green()) + abs(c.blue() - d.blue())
+
+    assert dist(colour, dones) < dist(colour, truncs), colour.name()
