@@ -41,7 +41,8 @@ class SegmentStats:
     """One segment's figures as of its session's last step. ``None``: not known now.
 
     ``done_fraction`` is dones per env per frame seen over the last whole
-    :attr:`Fleet.WINDOW_S`; reward figures are of the newest frame seen (NaN
+    :attr:`Fleet.WINDOW_S` (a sample where frames are skipped: ``frames_skipped``
+    counts those); reward figures are of the newest frame seen (NaN and ±Inf
     rewards left out). ``stalled_s`` is the heartbeat's age while the link
     reads *stalled*, else 0. Counts are of the current attach (they restart
     at 0 on a new attach, as a Prometheus counter may).
@@ -62,6 +63,7 @@ class SegmentStats:
     trainer_alive: bool = False
     stalled_s: float = 0.0
     torn_images: int = 0
+    frames_skipped: int = 0
     engine_turn_share: float | None = None
 
 
@@ -139,6 +141,7 @@ class _Follower:
             trainer_alive=bool(tick.trainer_alive),
             stalled_s=float(tick.heartbeat_age_s or 0.0) if stalled else 0.0,
             torn_images=tick.counters.torn_images if attached else 0,
+            frames_skipped=tick.counters.frames_skipped if attached else 0,
             engine_turn_share=_finite(tick.engine_share),
         )
 

@@ -104,6 +104,11 @@ METRICS: tuple[MetricDef, ...] = (
         _value(lambda s: s.torn_images if s.attached else None),
     ),
     MetricDef(
+        "lucky_frames_skipped_total",
+        "frames published that the exporter did not read, this attach (lucky_done_fraction is over those it read)",
+        "counter", _value(lambda s: s.frames_skipped if s.attached else None),
+    ),
+    MetricDef(
         "lucky_turn_engine_share", "share of lock-step polls in the engine's turn (no trainer: absent)", "gauge",
         _value(lambda s: s.engine_turn_share),
     ),

@@ -45,6 +45,7 @@ ISSUE_NAMES = {
     "lucky_trainer_alive",
     "lucky_stalled_seconds",
     "lucky_torn_images_total",
+    "lucky_frames_skipped_total",
     "lucky_turn_engine_share",
 }
 
@@ -132,6 +133,7 @@ def test_values_are_the_segments(segment_factory, monkeypatch) -> None:
         got = scrape_text(fleet)
         assert got[("lucky_frame_seq", n)] == 49
         assert got[("lucky_done_fraction", n)] == pytest.approx((2 + 8) / (4 * 9))
+        assert got[("lucky_frames_skipped_total", n)] == 0  # every frame read: the fraction is exact
         assert got[("lucky_frames_per_second", n)] == pytest.approx(8.0, rel=0.15)
         # the heartbeat stops: five seconds later the link reads stalled for 5 s
         clock["t"] += 5.0
@@ -146,6 +148,11 @@ def test_values_are_the_segments(segment_factory, monkeypatch) -> None:
         got = scrape_text(fleet)
         assert got[("lucky_trainer_alive", n)] == 0 and ("lucky_turn_engine_share", n) not in got
         assert got[("lucky_stalled_seconds", n)] == 0
+        # ten frames published between two reads: the done fraction becomes a sample, and the counter says so
+        seg.set("frame_seq", 60)
+        clock["t"] += 0.1
+        fleet.step()
+        assert scrape_text(fleet)[("lucky_frames_skipped_total", n)] == 10
     finally:
         fleet.close()
 
