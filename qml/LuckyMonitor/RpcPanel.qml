@@ -295,8 +295,10 @@ DarkPane {
                 Fact { key: "frames/s"; value: root.rate(root.backend.framesPerSec) }
                 Fact { key: "images/s"; value: root.rate(root.backend.imagesPerSec) }
                 Fact {
+                    objectName: "framesSkipped"
                     key: "frames skipped"
-                    value: root.count(root.backend.framesSkipped)
+                    // the whole attach's: the plots' note counts the window they show
+                    value: root.backend.attached ? root.backend.framesSkipped + " since attach" : "—"
                 }
                 Fact {
                     key: "torn reads"

@@ -618,6 +618,17 @@ def test_results_land_in_the_right_place(qapp) -> None:
     assert [r["lastResult"] for r in b.services.rows] == [r["lastResult"] for r in rows]
 
 
+def test_the_panels_frames_skipped_says_it_counts_the_whole_attach(views) -> None:
+    """Seen beside the plots' "27 frames skipped in this window": the panel's 46, two numbers for one name."""
+    b = MonitorBackend(StandInSession())
+    panel = views(b, "RpcPanel")
+    fact = qml_child(panel, "framesSkipped")
+    assert fact.property("value") == "—"
+    b.apply(attached_tick(t=1.0, counters=Counters(frames_seen=100, frames_skipped=46)))
+    QApplication.processEvents()
+    assert fact.property("value") == "46 since attach"
+
+
 def test_a_long_draw_result_wraps_in_a_narrow_dock(views) -> None:
     """Seen in a 330 px dock: "error: service Debug is disabled ·…", the part saying why cut off."""
     b = MonitorBackend(StandInSession())
