@@ -111,7 +111,12 @@ class InspectorView(QtWidgets.QWidget):
             "threshold, and image-region findings"
         )
         self.alarm_list = QtWidgets.QListWidget()
-        self.alarm_list.setUniformItemSizes(True)
+        # Lines wrap to the dock's width: in its narrow column a long one ("… frozen tile unchanged while its
+        # obs changed") had been cut behind a sideways scroll bar.
+        self.alarm_list.setWordWrap(True)
+        self.alarm_list.setResizeMode(QtWidgets.QListView.ResizeMode.Adjust)
+        self.alarm_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.alarm_list.setTextElideMode(Qt.TextElideMode.ElideNone)
         self.alarm_list.setMinimumHeight(90)
         self.alarm_list.setToolTip("recent alarms, newest first: frame_seq, region, env, dim (name), kind")
 

@@ -220,3 +220,25 @@ def test_each_dim_is_a_box_and_the_selected_envs_are_dots(qtbot) -> None:
         block = block.next()
     assert colours == {"env 1": pal.env_colour(0).lower(), "env 2": pal.env_colour(1).lower()}
     assert [pg.mkBrush(pal.env_colour(0)).color().name()] * 3 == [b.color().name() for b in dots["brush"][:3]]
+
+
+def test_a_long_alarm_wraps_in_a_narrow_dock_instead_of_scrolling_sideways(qtbot) -> None:
+    """Seen at 1920x1080, the Inspector docked left: "frame 924  image  env 1572  frozen  tile unchange…" behind a
+    sideways scroll bar."""
+    from lucky_monitor.core.inspector import Alarm, AlarmState
+    from lucky_monitor.ui.inspector_view import InspectorView
+
+    view = InspectorView(lambda: None)
+    qtbot.addWidget(view)
+    view.resize(240, 700)
+    view.show()
+    qtbot.waitExposed(view)
+    alarm = Alarm("image", 1572, None, "frozen", 924, "tile unchanged while its obs changed")
+    state = AlarmState(recent=(alarm,), image_total={"frozen": 1})
+    view.apply(dataclasses.replace(attached_tick(small_header()), alarms=state))
+    QtWidgets.QApplication.processEvents()
+    lst = view.alarm_list
+    assert view.alarm_lines == ["frame 924  image  env 1572  frozen  tile unchanged while its obs changed"]
+    assert not lst.horizontalScrollBar().isVisible()
+    rect = lst.visualItemRect(lst.item(0))
+    assert rect.width() <= lst.viewport().width() and rect.height() > lst.fontMetrics().height() * 1.5  # wrapped
