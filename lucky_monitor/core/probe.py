@@ -92,11 +92,14 @@ LIVE_RULES: tuple[tuple[str, str], ...] = (
     ("C25", "heartbeat refreshed >= 10 Hz and non-decreasing"),
     ("C23", "image_seq seqlock discipline, image_frame_seq <= frame_seq + 1"),
     ("C26", "ring positions multiples of 8, used <= cap - 8"),
+    ("C7", "non-live header fields unchanged while probed"),
     ("C20", "turn rule with a trainer attached"),
     ("C43", "frame_seq advances by 1 on each trainer step"),
     ("C44", "engine left as found, tools channel released"),
 )
 
+#: Samples between two looks at the non-live header fields (C7): about every 10 ms.
+FIXED_EVERY = 20
 #: A heartbeat refreshed less often than this fails C25 (LAYOUT §8.3).
 HEARTBEAT_MIN_HZ = 10.0
 #: ... and so does one that stands still for longer than this (probe clock).
@@ -347,11 +350,21 @@ class LiveProbe:
         self.images: tuple[str, str] = (NA, "")
         self.samples = _Samples()
         self.restore_problems: list[str] = []
+        self.fixed_problem: str | None = None  # the first non-live header field seen changed (C7)
+        self.fixed_looks = 0
         # The last SetServiceEnabled sent per service bit: (on, exchange). Ctrl-C can land after a
         # request was pushed and before the engine applied it; restore() must not trust the live mask then.
         self.last_set: dict[int, tuple[bool, Exchange]] = {}
 
     # ------------------------------------------------------------ helpers
+    def check_fixed(self) -> None:
+        """Compare the non-live header fields with the attach's (one 4 KiB ``pread``); keep the first change."""
+        self.fixed_looks += 1
+        if self.fixed_problem is None:
+            changed = self.seg.fixed_fields_changed()
+            if changed is not None:
+                self.fixed_problem = changed.replace("while attached", "while probed")
+
     def _available(self, bit: int) -> bool:
         return bool(self.h.services_available >> bit & 1)
 
@@ -627,7 +640,10 @@ class LiveProbe:
                         turn_k = None
             else:
                 turn_k = None
+            if s.samples % FIXED_EVERY == 0:
+                self.check_fixed()
             time.sleep(SAMPLE_S)
+        self.check_fixed()
         end = self.clock()
         s.window_s = end - t0
         s.hb_longest_s = max(s.hb_longest_s, end - hb_change_at)
@@ -676,6 +692,7 @@ class LiveProbe:
             "C25": self._rule_heartbeat(),
             "C23": self._rule_images(),
             "C26": self._rule_rings(),
+            "C7": self._rule_fixed(),
             "C20": self._rule_turn(),
             "C43": self._rule_steps(),
             "C44": released,
@@ -842,6 +859,11 @@ class LiveProbe:
         used = ", ".join(f"{k} {v}" for k, v in s.ring_max_used.items())
         return PASS, f"{s.samples} samples of {len(s.ring_max_used)} rings; most used bytes: {used}"
 
+    def _rule_fixed(self) -> tuple[str, str]:
+        if self.fixed_problem is not None:
+            return FAIL, self.fixed_problem
+        return PASS, f"every non-live field as at the start, looked at {self.fixed_looks} times over the probe"
+
     def _rule_turn(self) -> tuple[str, str]:
         s = self.samples
         if s.turn_problem:
@@ -954,10 +976,11 @@ def run_live_probe(
         with Segment.attach(name, allow_other_user=allow_other_user) as seg:
             probe = LiveProbe(seg, client, seconds=seconds, deadline_s=deadline_s, clock=clock)
             try:
-                probe.probe_requests()
-                probe.probe_bad_requests()
-                probe.probe_disabled_service()
+                for step in (probe.probe_requests, probe.probe_bad_requests, probe.probe_disabled_service):
+                    step()
+                    probe.check_fixed()
                 probe.probe_images()
+                probe.check_fixed()
                 probe.sample()
             finally:
                 gone = seg.still_valid()

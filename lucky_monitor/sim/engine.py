@@ -82,6 +82,7 @@ MISBEHAVIOURS: dict[str, str] = {
     "ignore-trainer": "with a trainer attached the engine steps flat out without waiting for it [C20]",
     "stall-step": "with a trainer attached, after 5 steps the engine never ends its turn [C43]",
     "sticky-disable": "re-enabling the Scene service is refused [C44]",
+    "format-flip": "image_format, a non-live field, flips between rgb and bgr every second [C7]",
 }
 
 
@@ -211,6 +212,7 @@ class ReferenceEngine:
         if unknown:
             raise LuckyMonitorError(f"unknown misbehaviour {unknown[0]!r}; choose from {', '.join(MISBEHAVIOURS)}")
         self._mis = frozenset(cfg.misbehave)
+        self._created_at = time.monotonic()
         self.cfg = cfg
         self.name = cfg.name or f"LuckyEngine_{os.getpid()}"
         if len(self.name) > MAX_NAME_CHARS:  # a reader accepts longer names; an engine may not use them
@@ -340,6 +342,10 @@ class ReferenceEngine:
         Never blocks for more than a few milliseconds.
         """
         seg = self.seg
+        if "format-flip" in self._mis and self.header.image_offset and self.header.image_channels == 3:
+            flipped = int(time.monotonic() - self._created_at) % 2
+            fmt = ImageFormat.BGR if flipped else ImageFormat.RGB
+            struct.pack_into("<I", seg.buf, hdr.OFFSET["image_format"], fmt)
         self._heartbeat()
         self.serve_commands()
         client = self._client()

@@ -192,6 +192,7 @@ CASES: dict[str, tuple[str, str, bool]] = {
     "ignore-trainer": ("C20", "frame_seq", True),
     "stall-step": ("C43", "the engine's turn at frame_seq", True),
     "sticky-disable": ("C44", "SetServiceEnabled(Scene, on): engine says", False),
+    "format-flip": ("C7", "header field image_format changed while probed", False),
 }
 
 
@@ -594,3 +595,34 @@ def test_a_lent_command_client_gets_every_reply_and_the_session_none() -> None:
     finally:
         session.close()
         eng.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_header_field_changed_while_probed_fails_c7(subprocess_env, capsys) -> None:
+    """Seen: num_envs 30 -> 31 for 2.5 s during `check --live`, and every rule passed (a `watch` beside it said so)."""
+    import threading
+
+    with engine(subprocess_env) as name:
+        path = shm_path(name)
+
+        def rewrite() -> None:
+            time.sleep(1.0)
+            fd = os.open(path, os.O_RDWR)
+            try:
+                (n,) = struct.unpack("<I", os.pread(fd, 4, OFFSET["num_envs"]))
+                os.pwrite(fd, struct.pack("<I", n + 1), OFFSET["num_envs"])
+                time.sleep(1.0)
+                os.pwrite(fd, struct.pack("<I", n), OFFSET["num_envs"])
+            finally:
+                os.close(fd)
+
+        thread = threading.Thread(target=rewrite)
+        thread.start()
+        try:
+            code, report = probe(capsys, name)
+        finally:
+            thread.join()
+    rows = live_rows(report)
+    assert code == 1 and rows["C7"]["status"] == "fail", rows["C7"]
+    assert rows["C7"]["detail"] == "header field num_envs changed while probed (8 -> 9)"
+    assert failing(report).keys() == {"C7"}
