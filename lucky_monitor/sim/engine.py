@@ -160,6 +160,9 @@ def plan_segment(cfg: EngineConfig, *, server_pid: int = 0, session_id: int = 1)
         server_pid=server_pid,
         session_id=session_id,
         sim_mode=cfg.sim_mode,
+        # No image region, no cameras: Camera and Viewport are not offered (they had been, and a panel showed
+        # a Camera toggle that could change nothing).
+        services_available=None if image else Service.all_mask() & ~(Service.CAMERA.bit | Service.VIEWPORT.bit),
     )
     check_segment_size(header.segment_size, shrink=SHRINK_OPTIONS)
     return header
@@ -572,7 +575,8 @@ class ReferenceEngine:
                 raise _Refused(f"{mid.name} is served on the tools channel only")
             bit = m.SERVICE_OF_METHOD.get(mid)
             if bit is not None and not self.service_enabled(bit) and "ignore-disabled" not in self._mis:
-                raise _Refused(f"service {Service(bit).label} is disabled")
+                offered = self.header.services_available >> bit & 1
+                raise _Refused(f"service {Service(bit).label} is {'disabled' if offered else 'not available'}")
             handler = self._handlers.get(mid)
             if handler is None:
                 raise _Refused(f"{mid.name} is not implemented by the reference engine")

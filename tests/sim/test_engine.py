@@ -619,7 +619,12 @@ def test_other_services_disable_and_refuse(make_engine, tools_for) -> None:
         assert m.Service(bit).label in msg and "disabled" in msg
         tools.ok(MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=bit, enabled=True))
     assert "not available" in tools.refused(MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=12))
-    assert eng.seg.counter("services_enabled") == m.Service.all_mask()
+    assert eng.seg.counter("services_enabled") == eng.header.services_available
+    # no image region, no cameras: Camera and Viewport are not offered (they had been, a toggle that did nothing)
+    assert eng.header.services_available == m.Service.all_mask() & ~(m.Service.CAMERA.bit | m.Service.VIEWPORT.bit)
+    for bit in (m.Service.CAMERA, m.Service.VIEWPORT):
+        msg = tools.refused(MethodId.SetServiceEnabledReq, m.SetServiceEnabledReq(service=bit, enabled=False))
+        assert "not available" in msg, msg
 
 
 def test_error_envelopes_for_unknown_and_non_request_methods(make_engine, tools_for) -> None:
@@ -897,11 +902,11 @@ def test_camera_viewport_and_telemetry_handlers(make_engine, tools_for) -> None:
 def test_no_image_region_handlers(make_engine, tools_for) -> None:
     eng = make_engine(image=None)
     tools = tools_for(eng)
-    assert tools.ok(MethodId.ListCamerasReq, m.ListCamerasReq()).cameras == ()
-    assert "no image region" in tools.refused(MethodId.StreamCameraReq, m.StreamCameraReq(camera_name="top"))
+    # no image region: the Camera and Viewport services are not offered, so their requests are refused as such
+    assert "not available" in tools.refused(MethodId.ListCamerasReq, m.ListCamerasReq())
+    assert "not available" in tools.refused(MethodId.StreamCameraReq, m.StreamCameraReq(camera_name="top"))
+    assert "not available" in tools.refused(MethodId.GetViewportInfoReq, m.GetViewportInfoReq())
     assert tools.refused(MethodId.DrawReq, m.DrawReq())
-    vp = tools.ok(MethodId.GetViewportInfoReq, m.GetViewportInfoReq())
-    assert (vp.width, vp.height) == (0, 0)
     with Segment.attach(eng.name) as seg:
         assert seg.images is None and seg.counter("image_seq") == 0
 
