@@ -32,7 +32,7 @@ import numpy as np
 
 from ..protocol.enums import EngineState, SimMode
 from ..protocol.errors import ForeignSegment, HeaderError, LuckyMonitorError, TruncatedSegment
-from ..protocol.header import MAX_COUNT, Header, count_message
+from ..protocol.header import LIVE_FIELDS, MAX_COUNT, OFFSET, Header, count_message
 from ..protocol.seqlock import hot_read, seqlock_read
 from ..transport.discovery import newest_live, pid_alive
 from ..transport.shm import Live, ReadPlan, Segment, peek_header
@@ -304,6 +304,9 @@ class MonitorCore:
         self._notice: tuple[str, float] | None = None
         self._last_session: tuple[str, int] | None = None
         self._last_engine_pid = 0  # server_pid of the last attach (of segment _last_session[0])
+        # The header of the first attach to _last_session: a later attach to the same session must find the
+        # same non-live fields (C7); a self-consistent header rewritten under it had been attached at once.
+        self._session_header: Header | None = None
 
     # ------------------------------------------------------------ accessors
     @property
@@ -323,6 +326,7 @@ class MonitorCore:
         self._detach()
         self.name = name
         self._last_session = None
+        self._session_header = None
         self._next_try = 0.0
         self._set(LinkState.SEARCHING, self._searching_text())
 
@@ -368,6 +372,20 @@ class MonitorCore:
     def _searching_text(self) -> str:
         return f"searching for {self.name}" if self.name else f"searching for {self.prefix}* segments"
 
+    def _fixed_change(self, key: tuple[str, int], h: Header) -> str | None:
+        """How ``h``'s non-live fields differ from the first attach's to the same session, or ``None``."""
+        was = self._session_header
+        if was is None or self._last_session != key or not h.session_id:
+            return None
+        for name in OFFSET:
+            if name in LIVE_FIELDS:
+                continue
+            old, new = getattr(was, name), getattr(h, name)
+            if old != new:
+                shown = "" if isinstance(new, bytes) else f" ({old} -> {new})"
+                return f"header field {name} differs from this session's first attach{shown}: only live fields change"
+        return None
+
     def _set(self, state: LinkState, text: str, reason: str | None = None) -> None:
         notice = self._notice[0] if self._notice else None
         self._status = Status(state, text, self.name or (self._att.seg.name if self._att else None), reason, notice)
@@ -409,9 +427,16 @@ class MonitorCore:
                 self._set(LinkState.ENGINE_EXITED, "engine exited", f"engine pid {h.server_pid} is gone")
             return False
         key = (seg.name, h.session_id)
+        changed = self._fixed_change(key, h)
+        if changed is not None:
+            seg.close()
+            self._set(LinkState.INCOMPATIBLE, f"{seg.name}: incompatible", changed)
+            return False
         if self._last_session is not None and self._last_session[0] == seg.name and self._last_session != key:
             self.reattached += 1
             self._notice = (f"segment recreated → reattached (session {h.session_id:x})", now)
+        if self._last_session != key:
+            self._session_header = h
         self._last_session = key
         self._last_engine_pid = h.server_pid
         n = h.num_envs

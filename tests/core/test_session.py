@@ -311,6 +311,36 @@ def test_a_fixed_header_field_rewritten_while_attached_drops_the_attach(engines)
     s.close()
 
 
+def test_a_fixed_field_rewritten_to_a_self_consistent_header_stays_incompatible_until_put_back(engines) -> None:
+    """Seen: image_height 32 -> 16 (still a valid header) was attached again 20 ms after the change was seen,
+    the grid showing the images' bytes at the wrong size as healthy. Same session_id: the first attach's
+    non-live fields stand (C7), and a header that differs is incompatible until they come back."""
+    import struct
+
+    from lucky_monitor.protocol.header import OFFSET
+
+    eng = ReferenceEngine(config(image=(16, 16)))
+    engines.append(eng)
+    s = MonitorSession(eng.name, tools=False, images=False)
+    tick = run(s, engines, lambda t: t.state is LinkState.FREE_RUNNING, "attached")
+    generation = tick.generation
+    struct.pack_into("<I", eng.seg.buf, OFFSET["image_height"], 8)
+    tick = run(s, engines, lambda t: t.state is LinkState.INCOMPATIBLE, "the change seen", timeout=5.0)
+    deadline = time.monotonic() + 2.0  # several attach attempts: each refused
+    while time.monotonic() < deadline:
+        eng.tick()
+        tick = s.step()
+        assert tick.state is LinkState.INCOMPATIBLE and tick.header is None, (tick.state, tick.reason)
+    assert (
+        tick.reason
+        == "header field image_height differs from this session's first attach (16 -> 8): only live fields change"
+    )
+    struct.pack_into("<I", eng.seg.buf, OFFSET["image_height"], 16)
+    tick = run(s, engines, lambda t: t.state is LinkState.FREE_RUNNING, "attached again", timeout=5.0)
+    assert tick.generation > generation and tick.header is not None and tick.header.image_height == 16
+    s.close()
+
+
 @pytest.mark.parametrize(("field", "bad", "good"), [("engine_state", 7, 1), ("sim_mode", 9, 0)])
 def test_a_live_field_out_of_its_range_while_attached_reads_incompatible(engines, field, bad, good) -> None:
     """Rule 9 holds at every poll, not only at attach: an engine_state the protocol has no word for is not
