@@ -1867,6 +1867,12 @@ class MonitorSession:
             return None
         try:
             cid = self._client.send(method, payload)
+        except ToolsChannelBusy as exc:
+            # The owner word no longer names this monitor (another process wrote it): nothing was sent, and
+            # the channel is given up; the next claim says who holds it.
+            self._results.append(CommandResult(kind, target, "error", f"error: {exc}"))
+            self._release(str(exc))
+            return None
         except (LuckyMonitorError, ValueError, OverflowError) as exc:
             self._results.append(CommandResult(kind, target, "error", f"error: {exc}"))
             return None

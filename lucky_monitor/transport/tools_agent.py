@@ -449,6 +449,11 @@ def _serve(argv: list[str]) -> int:
                 if not chan.intact():  # never touch a mapping the file no longer backs
                     raise SegmentGone(f"{name}: segment shrank")
                 if op == b"P":
+                    # One producer on tools c2s (LAYOUT 12): a channel whose owner word no longer holds this
+                    # monitor's pid was taken, and is not written to (it had been, beside the taker's writes).
+                    owner = chan.owner_pid
+                    if owner != chan.pid:
+                        raise ToolsChannelBusy(owner)
                     chan.c2s.push(data)
                     reply(b"K")
                 elif op == b"G":

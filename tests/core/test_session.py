@@ -204,6 +204,31 @@ def test_draw_input_is_checked_by_one_builder_and_reported(engines) -> None:
     s.close()
 
 
+def test_a_tools_channel_taken_from_under_the_window_is_given_up_not_written(engines) -> None:
+    """Seen: another process wrote its pid into the owner word; the window went on sending beside it (two
+    producers on tools c2s) and showed nothing. A send now finds the word not ours: nothing is written, the
+    channel is given up, and the state says who holds it."""
+    import struct
+
+    eng = ReferenceEngine(config())
+    engines.append(eng)
+    s = MonitorSession(eng.name)
+    run(s, engines, lambda t: t.tools.ours, "tools channel")
+    h = eng.header
+    other = os.getppid()  # a live process that is not this monitor
+    struct.pack_into("<I", eng.seg.buf, h.tools_offset, other)
+    c2s_pos = bytes(eng.seg.buf[h.tools_offset + 64 : h.tools_offset + 72])  # tools c2s write_pos
+    assert s.draw("line", start=(0, 0, 0), end=(1, 1, 1)) is False  # a fine line, not sent ...
+    tick = s.step()
+    line = next(r for r in tick.results if r.kind == "line")
+    assert line.status == "error" and line.text == f"error: tools channel held by pid {other}", line
+    assert bytes(eng.seg.buf[h.tools_offset + 64 : h.tools_offset + 72]) == c2s_pos  # ... but nothing was written
+    tick = run(s, [], lambda t: not t.tools.ours and t.tools.owner_pid == other, "the holder named", timeout=5.0)
+    assert tick.tools.reason == f"tools channel held by pid {other}"
+    assert struct.unpack_from("<I", eng.seg.buf, h.tools_offset)[0] == other  # the taker's word left alone
+    s.close()
+
+
 def test_display_options_are_plain_values_applied_at_the_next_step(engines) -> None:
     eng = ReferenceEngine(config())
     engines.append(eng)
