@@ -333,12 +333,15 @@ def _sample(block: np.ndarray, h: int, w: int, scratch: _Scratch | None = None) 
     np.copyto(rows, rows8)
     np.take(block, rb, axis=-3, out=rows8, mode="clip")
     rows += rows8
-    # Columns: each pixel plus the one d to its right (one contiguous add over whole rows), then one
-    # gather of those pair sums at the a positions.
+    # Columns: each pixel plus the one d to its right, then one gather of those pair sums at the a
+    # positions. The add runs over all rows as one contiguous array: a row's last d pixels are summed with
+    # the next row's first (and the array's last d are left unset), but no tap reaches them (a <= W - 1 - d).
+    # Row by row, numpy's per-row loop overhead cost 5x the arithmetic (115 us against 23 for 64 tiles).
     d = int(cb[0] - ca[0])
-    flat = rows.reshape(*lead, h, big_w * c)
-    pairs = ws.get("pairs", (*lead, h, (big_w - d) * c), np.uint16)
-    np.add(flat[..., : (big_w - d) * c], flat[..., d * c :], out=pairs)
+    flat = rows.reshape(-1)
+    n = flat.size - d * c
+    pairs = ws.get("pairs", (*lead, h, big_w * c), np.uint16)
+    np.add(flat[:n], flat[d * c :], out=pairs.reshape(-1)[:n])
     if c == 3:
         # A 6-byte pixel is no machine word: numpy gathers such items with a generic copy each. Its three
         # 2-byte channels, by indices expanded per channel, go ~1.6x faster (the whole shrink ~0.86x).
