@@ -369,13 +369,22 @@ class _Placed:
     inner: QtCore.QRect
     #: device pixels the image touches
     outer: QtCore.QRect
+    #: the image's size in pixels when these were worked out
+    size: QtCore.QSize
+    #: where to draw the image unscaled (a blit) when it covers its own size in device pixels to within half
+    #: a pixel (the same pixels a scaled draw would show); ``None`` where it must be scaled
+    blit: QtCore.QPoint | None
 
     @classmethod
-    def of(cls, transform: QtGui.QTransform, rect: QtCore.QRectF) -> _Placed:
+    def of(cls, transform: QtGui.QTransform, rect: QtCore.QRectF, size: QtCore.QSize) -> _Placed:
         mapped = transform.mapRect(rect)
         axis_aligned = transform.isAffine() and not transform.isRotating()
         inner = _inner_rect(mapped) if axis_aligned else QtCore.QRect()
-        return cls(QtGui.QTransform(transform), QtCore.QRectF(rect), inner, mapped.toAlignedRect())
+        blit = None
+        if axis_aligned and abs(mapped.width() - size.width()) < 0.5 and abs(mapped.height() - size.height()) < 0.5:
+            blit = QtCore.QPoint(round(mapped.left()), round(mapped.top()))
+        outer = mapped.toAlignedRect()
+        return cls(QtGui.QTransform(transform), QtCore.QRectF(rect), inner, outer, QtCore.QSize(size), blit)
 
 
 class GridCanvas(QtWidgets.QWidget):
@@ -434,6 +443,8 @@ class GridCanvas(QtWidgets.QWidget):
         #: overlay renders and paints so far (diagnostics and tests)
         self.overlay_renders = 0
         self.paints = 0
+        #: paints that drew the image unscaled (its device size its own), of :attr:`paints`
+        self.blits = 0
         self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent, True)
         self.setAttribute(Qt.WidgetAttribute.WA_NoSystemBackground, True)
         self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
@@ -487,8 +498,9 @@ class GridCanvas(QtWidgets.QWidget):
         else:
             transform = s.deviceTransform(vt)
             placed = self._placed
-            if placed is None or placed.transform != transform or placed.rect != rect:
-                placed = self._placed = _Placed.of(transform, rect)
+            size = image.size()
+            if placed is None or placed.transform != transform or placed.rect != rect or placed.size != size:
+                placed = self._placed = _Placed.of(transform, rect, size)
                 if area != self.rect():
                     self.update()  # the image moved since the last paint: this one covers its new place only
             opaque = not image.hasAlphaChannel()
@@ -498,9 +510,13 @@ class GridCanvas(QtWidgets.QWidget):
                     background -= placed.inner  # opaque pixels need no fill beneath them
                 for part in background:  # type: ignore[attr-defined]  # a QRegion iterates its rectangles
                     painter.fillRect(part, self._view.backgroundBrush())
-            painter.setTransform(transform)
-            painter.drawImage(rect, image)
-            painter.resetTransform()
+            if placed.blit is not None:
+                painter.drawImage(placed.blit, image)  # a row copy; scaled by ~1, Qt resampled every pixel
+                self.blits += 1
+            else:
+                painter.setTransform(transform)
+                painter.drawImage(rect, image)
+                painter.resetTransform()
         if self._overlay_drawn and self._overlay is not None:
             for target, source in self._overlay_bands:  # blend only the bands the overlay drew in
                 painter.drawImage(target, self._overlay, source)
@@ -1217,6 +1233,18 @@ class ImageGridWidget(QtWidgets.QWidget):
         if vw > 0 and vh > 0 and min(vw / gw, vh / gh) >= 1.0 > min(vw / (gw * pad), vh / (gh * pad)):
             cx, cy = gw / 2, gh / 2
             self.view_box.setRange(xRange=(cx - vw / 2, cx + vw / 2), yRange=(cy - vh / 2, cy + vh / 2), padding=0)
+            return
+        z = min(vw / (gw * pad), vh / (gh * pad)) if vw > 0 and vh > 0 else 0.0
+        pitch = t.width + t.gap
+        if 0.0 < z < 1.0 and pitch * z >= 2.0 and t.height == t.width:
+            # Shown smaller than their pixels, the tiles are shrunk by the session to a whole number of screen
+            # pixels a tile (plus a one-pixel gap). Fit at the zoom where a tile's pitch is exactly that
+            # number, so the shrunk grid lands on the screen pixel for pixel: drawn as a blit, not scaled
+            # again by a few percent (which repeated a row or column of pixels every few dozen).
+            z = math.floor(pitch * z + 1e-6) / pitch
+            cx, cy = gw / 2, gh / 2
+            hw, hh = vw / (2 * z), vh / (2 * z)
+            self.view_box.setRange(xRange=(cx - hw, cx + hw), yRange=(cy - hh, cy + hh), padding=0)
             return
         self.view_box.setRange(QtCore.QRectF(0, 0, gw, gh), padding=self.FIT_PADDING)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
 
@@ -736,6 +737,40 @@ def test_a_grid_that_fits_at_full_size_but_not_with_its_margin_is_shown_at_full_
         else:
             assert px[0] < 0.99  # enlarged to fit, with its margin
         assert vb.viewRect().contains(QtCore.QRectF(0, 0, w, h))
+
+
+def test_a_shrunk_grid_fitted_to_the_view_is_drawn_pixel_for_pixel(grid_widget, qtbot):
+    # The session shrinks tiles shown smaller than their pixels to a whole number of screen pixels. The fit
+    # puts a tile's pitch on exactly that many, so the canvas draws the display buffer unscaled: each of its
+    # pixels on screen once. Fitted to the view's exact size, Qt scaled the buffer again by a few percent
+    # (0.598 against 0.591 screen pixels a grid pixel in the demo window), repeating a column and a row
+    # every few dozen.
+    rng = np.random.default_rng(3)
+    full = image_frame(rng.integers(0, 256, (64, 64, 64, 3), dtype=np.uint8))
+    grid_widget.show_image(full)
+    settle(grid_widget)
+    view = grid_widget.view_request
+    th, tw = view.display_tile(64, 64, 2)
+    assert th == tw < 64  # shown smaller than its pixels at this size
+    assert (64 + 2) * view.screen_px == pytest.approx(tw + 1, abs=1e-6)  # a tile's pitch on whole pixels
+    # The session's display buffer for that view (noise: a repeated or a dropped row or column shows).
+    display = Tiler(64, th, tw, 3, columns=full.layout.columns, gap=1, gap_value=40)
+    display.tile(rng.integers(0, 256, (64, th, tw, 3), dtype=np.uint8), src_format="rgb")
+    grid = display.grid.view()
+    grid.flags.writeable = False
+    pitch = (66 / (tw + 1), 66 / (th + 1))
+    frame = dataclasses.replace(full, grid=grid, display_layout=display.geometry, step=64 / tw, scale=pitch)
+    canvas = grid_widget.canvas
+    blits = canvas.blits
+    grid_widget.labels.setVisible(False)  # the env labels are blended over the tiles' corners
+    grid_widget.show_image(frame)
+    settle(grid_widget)
+    assert canvas.blits > blits
+    shot = qimage_to_array(grid_widget.graphics.viewport().grab().toImage())
+    origin = grid_widget.graphics.mapFromScene(grid_widget.view_box.mapViewToScene(QtCore.QPointF(0, 0)))
+    x0, y0 = round(origin.x()), round(origin.y())
+    h, w = grid.shape[:2]
+    np.testing.assert_array_equal(shot[y0 : y0 + h, x0 : x0 + w], grid)
 
 
 class _PaintCounter(QtCore.QObject):
