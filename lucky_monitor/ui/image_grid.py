@@ -720,7 +720,9 @@ class ImageGridWidget(QtWidgets.QWidget):
     env_selected = Signal(int)
     hover_changed = Signal(str)
 
-    META_PERIOD_S = 0.2  # the status line's counters refresh at most this often (torn counts and geometry at once)
+    #: The status line's counters refresh at most this often (torn counts and geometry at once); the window
+    #: sets it to its panels' period in force, so a budget that slows the panels slows these counters too.
+    META_PERIOD_S = META_PERIOD_S
     display_changed = Signal(object)  # DisplayOptions, after a control change
     view_changed = Signal(object)  # ViewRequest: the part of the grid in view and its screen scale
 
@@ -914,7 +916,7 @@ class ImageGridWidget(QtWidgets.QWidget):
         now = time.monotonic()
         if self._needs_meta or now >= self._meta_due:
             self._needs_meta = False
-            self._meta_due = now + META_PERIOD_S
+            self._meta_due = now + self.META_PERIOD_S
             self.set_meta(image.image_seq, image.image_frame_seq, torn)
 
     def clear_image(self, text: str = "no images") -> None:

@@ -533,6 +533,11 @@ class MainWindow(QtWidgets.QMainWindow):
         if rates is not self._panel_rates:  # the panels' live-value period follows the budget's rung
             self._panel_rates = rates
             self.backend.LIVE_PERIOD_S = 1.0 / rates.panel_hz
+            # The grid's counters line refreshes with the other panel texts (at most DECOR_MAX_HZ). Re-set 5
+            # times a second by the images alone (the text measured, the line and the dock beneath it
+            # repainted), it cost the window showing every image, panels at a refresh every 2 s, 0.1-0.9
+            # points of a core (three alternating pairs, 30 s each).
+            self.grid.META_PERIOD_S = max(1.0 / DECOR_MAX_HZ, 1.0 / rates.panel_hz)
             self.session.set_statistics_rate(rates.plots_hz)  # the inspector's plots follow the plots' rate
         self.backend.apply(tick)
         offer()

@@ -369,6 +369,31 @@ def test_the_budget_thins_painting_never_polling(qtbot, engine, window):
     assert "images 1 Hz · plots 0.25 Hz · panel 0.25 Hz" in win.budget_label.text()
 
 
+def test_the_grids_counters_follow_the_panels_rate_in_force(qtbot, engine, window):
+    # With every image shown and the panels cut to a refresh every 2 s, the counters line under the grid is
+    # re-set with them: it had been re-set (its text measured, the line and its dock repainted) 5 times a
+    # second on the images alone.
+    from lucky_monitor.core.budget import LADDER
+
+    win = window(engine.name)
+    wait_state(qtbot, win, LinkState.FREE_RUNNING)
+    qtbot.waitUntil(lambda: win.stats.images_presented > 0, timeout=5000)
+    win.budget.level = next(i for i, r in enumerate(LADDER) if r.every_image and r.panel_hz == 0.5)
+    win.budget.update = lambda *reading: False  # held there
+    qtbot.wait(300)
+    texts = []
+    set_text = win.grid.status_label.setText
+    win.grid.status_label.setText = lambda *a: (texts.append(a[0]), set_text(*a))
+    presented = win.stats.images_presented
+    qtbot.wait(3000)
+    assert win.stats.images_presented - presented > 60  # every image still shown ...
+    assert 1 <= len(texts) <= 3, texts  # ... its counters every 2 s
+    assert win.grid.META_PERIOD_S == 2.0
+    win.budget.level = 0
+    qtbot.wait(300)
+    assert win.grid.META_PERIOD_S == 0.2  # at the top rung, 5 times a second
+
+
 def test_a_share_rung_presents_that_share_of_the_images_and_copies_no_other(qtbot, window):
     # A camera at 20 Hz, below the poll rate: every image is seen. At "images 90 %" the window shows nine of
     # each ten, evenly, and copies only those; at every image, all of them.
