@@ -365,7 +365,7 @@ class _Placed:
 
     transform: QtGui.QTransform
     rect: QtCore.QRectF
-    #: device pixels wholly inside the image (none where the transform rotates or shears it)
+    #: device pixels wholly inside the image (none where the transform rotates or shears it; a blit: its pixels)
     inner: QtCore.QRect
     #: device pixels the image touches
     outer: QtCore.QRect
@@ -381,9 +381,11 @@ class _Placed:
         axis_aligned = transform.isAffine() and not transform.isRotating()
         inner = _inner_rect(mapped) if axis_aligned else QtCore.QRect()
         blit = None
+        outer = mapped.toAlignedRect()
         if axis_aligned and abs(mapped.width() - size.width()) < 0.5 and abs(mapped.height() - size.height()) < 0.5:
             blit = QtCore.QPoint(round(mapped.left()), round(mapped.top()))
-        outer = mapped.toAlignedRect()
+            inner = QtCore.QRect(blit, size)  # exactly the pixels the blit covers
+            outer = outer.united(inner)
         return cls(QtGui.QTransform(transform), QtCore.QRectF(rect), inner, outer, QtCore.QSize(size), blit)
 
 
@@ -466,7 +468,8 @@ class GridCanvas(QtWidgets.QWidget):
         """
         placed = self._placed
         if placed is not None and self._surface.qimage is not None and placed.rect == self._surface.rect:
-            self.update(placed.outer)
+            # a blit covers its pixels exactly: nothing around them to fill with the background again
+            self.update(placed.outer if placed.blit is None else placed.inner)
         else:
             self.update()
 

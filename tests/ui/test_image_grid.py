@@ -771,6 +771,24 @@ def test_a_shrunk_grid_fitted_to_the_view_is_drawn_pixel_for_pixel(grid_widget, 
     x0, y0 = round(origin.x()), round(origin.y())
     h, w = grid.shape[:2]
     np.testing.assert_array_equal(shot[y0 : y0 + h, x0 : x0 + w], grid)
+    # The next image repaints exactly the pixels the blit covers: nothing around them is filled again.
+    areas = []
+    recorder = _PaintAreas(areas)
+    canvas.installEventFilter(recorder)
+    grid_widget.show_image(dataclasses.replace(frame, grid=grid[::-1].copy()))
+    qtbot.waitUntil(lambda: bool(areas), timeout=2000)
+    assert areas[-1] == QtCore.QRect(x0, y0, w, h)
+
+
+class _PaintAreas(QtCore.QObject):
+    def __init__(self, areas: list) -> None:
+        super().__init__()
+        self.areas = areas
+
+    def eventFilter(self, watched: QtCore.QObject, event: QtCore.QEvent) -> bool:
+        if event.type() == QtCore.QEvent.Type.Paint:
+            self.areas.append(QtCore.QRect(event.rect()))
+        return False
 
 
 class _PaintCounter(QtCore.QObject):
