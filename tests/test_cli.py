@@ -248,6 +248,7 @@ def test_check_all_pass(healthy, capsys) -> None:
         "lock-step gap",
         "heartbeat fresh",
         "image_seq even",
+        "image_frame_seq at most frame_seq + 1",
         "ring cmd_s2c positions",
         "ring cmd_c2s positions",
         "ring tools_c2s positions",
@@ -262,6 +263,7 @@ def test_check_without_optional_parts_passes_with_na(segment_factory, capsys) ->
     assert main(["check", eng.name, "--json"]) == 0
     rules = {r["rule"]: r["status"] for r in json.loads(capsys.readouterr().out)["rules"]}
     assert rules["image_seq even"] == rules["tools owner 0 or alive"] == rules["heartbeat fresh"] == "n/a"
+    assert rules["image_frame_seq at most frame_seq + 1"] == "n/a"
     assert rules["bound image_width"] == "n/a" and rules["lock-step gap"] == "pass"
 
 
@@ -272,6 +274,7 @@ def test_check_without_optional_parts_passes_with_na(segment_factory, capsys) ->
         (lambda e: e.set("action_seq", 3), "lock-step gap"),
         (lambda e: e.set("heartbeat_ns", 1), "heartbeat fresh"),
         (lambda e: e.set("image_seq", 21), "image_seq even"),
+        (lambda e: e.set("image_frame_seq", 12), "image_frame_seq at most frame_seq + 1"),  # frame_seq 10
         (lambda e: put(e, "server_pid", dead_pid()), "server pid alive"),
         (lambda e: e.buf.__setitem__(slice(2000, 2001), b"\x01"), "reserved bytes zero"),
         (
@@ -302,6 +305,15 @@ def test_check_live_rule_failures(healthy, capsys, mutate, rule: str) -> None:
     out = capsys.readouterr().out
     failed = [ln.split(None, 1)[1] for ln in out.splitlines() if ln.strip().startswith("FAIL")]
     assert len(failed) == 1 and failed[0].startswith(rule), out
+
+
+def test_check_takes_images_of_the_frame_being_published(healthy, capsys) -> None:
+    # LAYOUT 8.1: the images of frame N + 1 may be written before frame_seq says N + 1, never earlier.
+    healthy.set("image_frame_seq", 11)  # frame_seq 10
+    assert main(["check", healthy.name, "--image-wait", "0", "--json"]) == 0
+    rules = {r["rule"]: r for r in json.loads(capsys.readouterr().out)["rules"]}
+    rule = rules["image_frame_seq at most frame_seq + 1"]
+    assert rule["status"] == "pass" and rule["detail"] == "image_frame_seq 11, frame_seq 10" and rule["ids"] == ["C23"]
 
 
 @pytest.mark.parametrize(

@@ -450,6 +450,22 @@ def _image_seq_even(s: Subject, _: str) -> Outcome:
     return PASS, f"image_seq {seq}" + (f"; odd at {odd} of {looks} looks (writes in progress)" if odd else "")
 
 
+def _image_frame_bound(s: Subject, _: str) -> Outcome:
+    """C23's bound: the images' frame is published with them or after them, never more than one frame later.
+
+    ``image_frame_seq`` is read before ``frame_seq``: ``frame_seq`` only grows, so a reading in that
+    order can only make an engine look more behind, never ahead.
+    """
+    image_frame = s.seg.read_counter("image_frame_seq")
+    frame = s.seg.read_counter("frame_seq")
+    if image_frame > frame + 1:
+        return FAIL, (
+            f"image_frame_seq {image_frame} is {image_frame - frame} frames ahead of frame_seq {frame} "
+            "(at most 1: the images belong to the frame being published or an earlier one, LAYOUT 8.1)"
+        )
+    return PASS, f"image_frame_seq {image_frame}, frame_seq {frame}"
+
+
 def _ring_names(h: Header) -> list[str]:
     return ["cmd_s2c", "cmd_c2s"] + (["tools_c2s", "tools_s2c"] if h.tools_offset else [])
 
@@ -556,11 +572,16 @@ RULES: tuple[Rule, ...] = (
     Rule(("C20",), "lock-step gap", "live", _lock_step),
     Rule(("C25",), "heartbeat fresh", "live", _heartbeat),
     Rule(("C23",), "image_seq even", "live", _image_seq_even, applies=_has_images),
+    Rule(("C23",), "image_frame_seq at most frame_seq + 1", "live", _image_frame_bound, applies=_has_images),
     Rule(("C26",), "ring {} positions", "live", _ring_positions, instances=_ring_names),
     Rule(("C36",), "tools owner 0 or alive", "live", _tools_owner, applies=_has_tools),
 )
 
-_NA_DETAIL = {"image_seq even": "no image region", "tools owner 0 or alive": "no tools channel"}
+_NA_DETAIL = {
+    "image_seq even": "no image region",
+    "image_frame_seq at most frame_seq + 1": "no image region",
+    "tools owner 0 or alive": "no tools channel",
+}
 
 
 def evaluate(subject: Subject, rules: Sequence[Rule] = RULES) -> list[RuleResult]:
