@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import __version__
-from .core.argtypes import in_range, name_prefix, seconds_between
+from .core.argtypes import in_range, name_prefix, plain_number, seconds_between
 from .core.conformance import FAIL, NA, PASS, SKIPPED, heartbeat_age, run_check
 from .core.conformance import RuleResult as RuleResult  # re-exported: run_check's result type
 from .core.pacing import DEFAULT_YIELD_US
@@ -260,7 +260,7 @@ def _nice_value(text: str) -> int:
 
 def _positive_float(text: str) -> float:
     try:
-        v = float(text)
+        v = plain_number(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not v > 0 or v != v or v == float("inf"):

@@ -30,6 +30,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from .core.argtypes import plain_number
 from .core.pacing import paced
 from .core.session import MonitorSession, Tick
 
@@ -95,7 +96,7 @@ def add_watch_arguments(p: argparse.ArgumentParser) -> None:
 
 def _positive(text: str) -> float:
     try:
-        v = float(text)
+        v = plain_number(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not (v > 0 and math.isfinite(v)):

@@ -11,13 +11,30 @@ import argparse
 import re
 from collections.abc import Callable
 
-__all__ = ["in_range", "name_prefix", "ranged", "seconds_between"]
+__all__ = ["in_range", "name_prefix", "plain_number", "ranged", "seconds_between"]
+
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_FLOAT_RE = re.compile(
+    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)", re.IGNORECASE
+)
+
+
+def plain_number(text: str, kind: type[float] | type[int] = float) -> float:
+    """``text`` as a ``kind``, written the usual way: ASCII digits, a point, an exponent; spaces around it.
+
+    Python's ``int()`` and ``float()`` also take digit-group underscores and other scripts' digits:
+    ``draw line --start 1_0,0,0`` had drawn from x = 10. Raises ``ValueError`` for anything else.
+    """
+    t = text.strip()
+    if not (_INT_RE if kind is int else _FLOAT_RE).fullmatch(t):
+        raise ValueError(f"{text!r} is not a plain number")
+    return kind(t)
 
 
 def in_range(text: str, kind: type[float] | type[int], low: float, high: float, what: str) -> float:
     """``text`` as a ``kind`` from ``low`` to ``high``; otherwise argparse's error, ``what`` naming the range."""
     try:
-        v = kind(text)
+        v = plain_number(text, kind)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole number' if kind is int else 'number'}") from None
     if not low <= v <= high:  # NaN fails too

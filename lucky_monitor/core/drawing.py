@@ -27,6 +27,7 @@ from typing import cast
 
 from ..protocol.errors import UsageError
 from ..protocol.messages import Arrow, Color, DrawReq, Line, Vec3, VelocityCommand
+from .argtypes import plain_number
 
 __all__ = [
     "DEFAULT_COLOR",
@@ -136,7 +137,7 @@ def parse_numbers(text: str, count: int, field: str) -> tuple[float, ...]:
     out = []
     for p in parts:
         try:
-            v = float(p)
+            v = plain_number(p)
         except ValueError:
             raise DrawInputError(f"{field}: {p!r} in {text!r} is not a number") from None
         out.append(number(v, field))

@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 
+from ..core.argtypes import plain_number
 from ..protocol.errors import BusyError, LuckyMonitorError, UnavailableError, UsageError
 
 __all__ = ["DEFAULT_PORT", "VNC_PACKAGES", "find_vnc_server", "run_remote", "window_argv"]
@@ -86,7 +87,7 @@ def find_vnc_server() -> tuple[str, str]:
 def parse_port(text: str) -> int:
     """``--remote``'s PORT: 1..65535."""
     try:
-        port = int(text)
+        port = int(plain_number(text, int))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
     if not 1 <= port <= 65535:

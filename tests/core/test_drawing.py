@@ -85,6 +85,24 @@ def test_parse_color_and_numbers_accept_what_they_should() -> None:
         d.parse_numbers("1,2", 3, "--from")
 
 
+@pytest.mark.parametrize("part", ["1_0", "\uff11\uff10", "0x10", "1,5".replace(",", "٫"), "", "1 0"])
+def test_numbers_are_written_the_plain_way(part: str) -> None:
+    # Python's float() reads "1_0" as 10 and fullwidth digits as digits: a draw from x = 10 for a typo.
+    with pytest.raises(d.DrawInputError, match=r"--from: .* is not a number"):
+        d.parse_numbers(f"{part},0,0", 3, "--from")
+
+
+def test_plain_numbers_take_the_usual_forms() -> None:
+    from lucky_monitor.core.argtypes import plain_number
+
+    for text, value in (("10", 10.0), (" -1.5 ", -1.5), (".5", 0.5), ("5.", 5.0), ("1e3", 1000.0), ("+2E-1", 0.2)):
+        assert plain_number(text) == value
+    assert plain_number("42", int) == 42 and isinstance(plain_number("42", int), int)
+    for text in ("4.0", "1_000", "0b1", ""):
+        with pytest.raises(ValueError):
+            plain_number(text, int)
+
+
 finite32 = st.floats(min_value=-d.FLOAT32_MAX, max_value=d.FLOAT32_MAX, allow_nan=False)
 unit = st.floats(min_value=0.0, max_value=1.0)
 
