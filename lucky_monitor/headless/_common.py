@@ -51,11 +51,13 @@ def wait_for(
     what: str,
     *,
     period_s: float = 1.0 / 60.0,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] | None = None,
     hopeless: Callable[[Tick], bool] | None = None,
     grace_s: float = HOPELESS_GRACE_S,
 ) -> Tick:
     """Step ``session`` at ``period_s`` until ``until(tick)``; after ``timeout_s`` raise, saying ``what`` was missing.
+
+    ``clock``: the session's own by default, so that every step it is given reads one clock.
 
     ``hopeless``: a state that waiting will not change (checked once ``grace_s`` has passed, or the timeout if
     sooner) ends the wait early with the same message.
@@ -65,6 +67,8 @@ def wait_for(
     UnavailableError
         The condition did not hold in time; the message carries the link's state and reason.
     """
+    if clock is None:
+        clock = session.clock
     start = clock()
     deadline = start + timeout_s
     while True:

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..core.argtypes import ranged, seconds_between
 from ..core.outputs import check_output_path
-from ..core.session import MonitorSession
+from ..core.session import MonitorSession, Tick
 from ..protocol.errors import LuckyMonitorError, UnavailableError, UsageError
 from ._common import COLS_ARG, ENV_ARG, HOPELESS_GRACE_S, TIMEOUT_ARG, hopeless, image_target, require
 
@@ -63,7 +63,8 @@ class RecordStats:
     height: int = 0
     interrupted: bool = False
     ended: str = (
-        "done"  # or "stopped by Ctrl-C" / "by SIGTERM", "engine gone", "segment recreated with another geometry"
+        "done"  # or "stopped by Ctrl-C" / "by SIGTERM", the link's state when it let go (e.g. "engine exited
+        # (engine pid N is gone)", "incompatible: ..."), "segment recreated with another geometry"
     )
 
 
@@ -199,12 +200,12 @@ def record(
                 time.sleep(min(1 / 60, (stats.frames - (now - start) * fps) / fps + 1e-4))
                 tick = session.step(clock())
                 if tick.header is None:
-                    stats.ended = "engine gone"  # the video ends with its last image
+                    stats.ended = _detached(tick)  # the video ends with its last image
                     break
                 continue
             tick = session.step(now)
             if tick.header is None:
-                stats.ended = "engine gone"
+                stats.ended = _detached(tick)
                 break
             if not pending_new and tick.live is not None and tick.live.image_seq != last_seq:
                 img = copy()
@@ -246,6 +247,15 @@ def record(
 
 #: Containers ffmpeg picks by the file's extension that take H.264 in yuv420p.
 VIDEO_EXTENSIONS = (".mp4", ".mkv", ".mov")
+
+
+def _detached(tick: Tick) -> str:
+    """Why the recording ends when the session lets go of the segment: the link's own words.
+
+    (``engine gone`` had been said for a header rewritten under a live engine as well.)
+    """
+    text = tick.text or "engine gone"
+    return f"{text} ({tick.reason})" if tick.reason else text
 
 
 def _ffmpeg_text(exc: BaseException) -> str:

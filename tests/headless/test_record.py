@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import re
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import pytest
 
 from lucky_monitor.core.session import MonitorSession
 from lucky_monitor.headless.record import even_frame, record
+from lucky_monitor.protocol.header import OFFSET
 from lucky_monitor.transport.shm import platform_kind
 from tests.conftest import unique_segment_name
 
@@ -212,7 +214,42 @@ def test_the_engine_going_away_ends_the_video_with_its_last_image(segment_factor
         )
     finally:
         session.close()
-    assert stats.ended == "engine gone" and not stats.interrupted
+    assert stats.ended == "engine exited (segment unlinked)" and not stats.interrupted  # the link's words
     frames = decode(out)
     assert len(frames) == stats.frames > 10 and frames[0].shape == (8, 16, 3)
     assert all(tuple(int(v) for v in f[4, 8]) == pytest.approx((0, 255, 0), abs=12) for f in frames)
+
+
+def test_a_header_broken_under_the_recording_ends_it_with_the_links_reason(segment_factory, tmp_path) -> None:
+    # The engine is alive; its header stops being one: the recording says so ("engine gone" had been said).
+    seg = segment_factory(num_envs=2, image=(16, 8, 3))
+    seg.images[:] = (0, 255, 0)
+    seg.set("image_seq", 2)
+    t = {"now": 0.0, "calls": 0}
+
+    def clock() -> float:
+        t["calls"] += 1
+        t["now"] += 0.01
+        seg.set("heartbeat_ns", time.monotonic_ns())
+        if t["calls"] == 200:
+            struct.pack_into("<I", seg.buf, OFFSET["magic"], 0x12345678)
+        return t["now"]
+
+    session = MonitorSession(seg.name, tools=False, images=False, discover=False, traffic=False, clock=clock)
+    try:
+        stats = record(
+            session,
+            str(tmp_path / "b.mp4"),
+            fps=20,
+            seconds=None,
+            env=1,
+            columns=None,
+            timeout_s=2,
+            stop={"now": False},
+            clock=clock,
+        )
+    finally:
+        session.close()
+    want = f"{seg.name}: incompatible (header field magic changed while attached (0x4C524243 -> 0x12345678))"
+    assert stats.ended == want
+    assert stats.frames > 10
