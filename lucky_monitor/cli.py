@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import __version__
-from .core.argtypes import in_range, name_prefix, plain_number, seconds_between
+from .core.argtypes import in_range, name_prefix, plain_float, plain_int, plain_number, seconds_between
 from .core.conformance import FAIL, NA, PASS, SKIPPED, heartbeat_age, run_check
 from .core.conformance import RuleResult as RuleResult  # re-exported: run_check's result type
 from .core.pacing import DEFAULT_YIELD_US
@@ -804,7 +804,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shm", metavar="NAME", required=True, help="segment of the engine to drive")
     p.add_argument("--steps", type=_step_count, default=None, help="stop after this many steps (default: until Ctrl-C)")
     p.add_argument("--policy", choices=("pd", "random"), default="pd", help="pd: swing-up controller (default)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
+    p.add_argument("--seed", type=plain_int, default=0, help="seed of the random policy")
     p.add_argument(
         "--timeout",
         type=seconds_between(0.01, 86400),
@@ -848,11 +848,11 @@ def _draw_args(p: argparse.ArgumentParser) -> None:
     arrow = kinds.add_parser("arrow", help="an arrow")
     arrow.add_argument("--origin", required=True, metavar="X,Y,Z")
     arrow.add_argument("--direction", required=True, metavar="X,Y,Z")
-    arrow.add_argument("--scale", type=float, default=1.0)
+    arrow.add_argument("--scale", type=plain_float, default=1.0)
     vel = kinds.add_parser("velocity", help="a velocity command")
     vel.add_argument("--origin", default="0,0,0", metavar="X,Y,Z")
     vel.add_argument("--vel", required=True, metavar="VX,VY,WZ", help="lin_vel_x, lin_vel_y, ang_vel_z")
-    vel.add_argument("--scale", type=float, default=1.0)
+    vel.add_argument("--scale", type=plain_float, default=1.0)
     kinds.add_parser("clear", help="remove every drawing")
     for sp in (line, arrow):  # a VelocityCommand has no colour in the schema: the engine picks it
         sp.add_argument("--color", default="1,0.2,0.2,1", metavar="R,G,B[,A]", help="components 0..1")

@@ -208,6 +208,20 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
         (["record", "LuckyEngine_none", "-o", "r.mp4", "--seconds", "1", "--fps", "0.1"], "is less than one frame"),
         (["check", "--live", "--deadline", "1e300"], "'1e300' must be seconds, 0.01 to 600"),
         (["train", "--shm", "LuckyEngine_not_needed", "--timeout", "inf"], "'inf' must be seconds, 0.01 to 86400"),
+        # numbers are written the plain way: int() and float() read "1_0" as 10, and fullwidth digits as digits
+        (["sim", "--envs", "1_0"], "sim: argument --envs: '1_0' is not a whole number"),
+        (["sim", "--steps", "1_0"], "sim: argument --steps: '1_0' is not a whole number"),
+        (["sim", "--hz", "\uff11\uff10"], "sim: argument --hz: '\uff11\uff10' is not a number"),
+        (["sim", "--image", "\uff11\uff10x8"], "--image '\uff11\uff10x8': expected WxH"),
+        (["sim", "--camera-fps", "inf"], "--camera-fps inf: must be 0 (every step) or a positive number"),
+        (["train", "--shm", "LuckyEngine_not_needed", "--seed", "1_0"], "argument --seed: '1_0' is not a whole number"),
+        (
+            ["draw", "LuckyEngine_x", "arrow", "--origin", "0,0,0", "--direction", "1,0,0", "--scale", "1_0"],
+            "draw NAME arrow: argument --scale: '1_0' is not a number",
+        ),
+        (["export", "--listen", "1_0000"], "--listen '1_0000': '1_0000' is not a port number"),
+        (["export", "--listen", "+5"], "--listen '+5': '+5' is not a port number"),
+        (["export", "--listen", "0", "--poll-hz", "-0"], "--poll-hz -0: must be 0.1 to 240"),
     ],
 )
 def test_2_usage(argv: list[str], text: str | None, capsys) -> None:

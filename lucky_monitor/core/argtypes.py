@@ -11,7 +11,7 @@ import argparse
 import re
 from collections.abc import Callable
 
-__all__ = ["in_range", "name_prefix", "plain_number", "ranged", "seconds_between"]
+__all__ = ["in_range", "name_prefix", "plain_float", "plain_int", "plain_number", "ranged", "seconds_between"]
 
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _FLOAT_RE = re.compile(
@@ -29,6 +29,22 @@ def plain_number(text: str, kind: type[float] | type[int] = float) -> float:
     if not (_INT_RE if kind is int else _FLOAT_RE).fullmatch(t):
         raise ValueError(f"{text!r} is not a plain number")
     return kind(t)
+
+
+def plain_int(text: str) -> int:
+    """A ``type=`` for a whole number written the plain way (:func:`plain_number`); the range is the caller's."""
+    try:
+        return int(plain_number(text, int))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def plain_float(text: str) -> float:
+    """A ``type=`` for a number written the plain way (:func:`plain_number`); the range is the caller's."""
+    try:
+        return plain_number(text, float)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
 def in_range(text: str, kind: type[float] | type[int], low: float, high: float, what: str) -> float:

@@ -119,6 +119,10 @@ class Yielder:
             self._since = self._clock()
 
 
+#: The longest single sleep of :func:`paced`: how late it notices its end or a signal at a slow rate.
+MAX_NAP_S = 0.1
+
+
 def paced(hz: float, seconds: float | None = None) -> Iterator[float]:
     """Yield ``time.monotonic()`` at ``hz`` steps a second until ``seconds`` pass or SIGINT/SIGTERM."""
     stop = {"now": False}
@@ -137,11 +141,17 @@ def paced(hz: float, seconds: float | None = None) -> Iterator[float]:
                 break
             yield now
             next_t += period
-            delay = next_t - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            else:
-                next_t = time.monotonic()
+            if next_t - time.monotonic() <= 0:
+                next_t = time.monotonic()  # behind: the next step now, no burst to catch up
+                continue
+            # Sleep to the next step, but not past the end, and in naps: a slow rate (export --poll-hz 0.1)
+            # had overrun --seconds 0.5 by 10 s, and a Ctrl-C waited for the whole period.
+            while not stop["now"]:
+                wake = next_t if t_end is None else min(next_t, t_end)
+                left = wake - time.monotonic()
+                if left <= 0:
+                    break
+                time.sleep(min(left, MAX_NAP_S))
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -25,13 +25,14 @@ import contextlib
 import errno
 import ipaddress
 import math
+import re
 import socket
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.argtypes import name_prefix
+from ..core.argtypes import name_prefix, plain_float
 from ..core.fleet import Fleet, SegmentStats
 from ..core.pacing import paced
 from ..core.session import validate_name
@@ -164,10 +165,9 @@ def parse_listen(text: str) -> tuple[str, int]:
         host = host[1:-1]
     if not host:
         raise UsageError(f"--listen {text!r}: the host before ':' is empty (give HOST:PORT or PORT)")
-    try:
-        p = int(port)
-    except ValueError:
-        raise UsageError(f"--listen {text!r}: {port!r} is not a port number") from None
+    if not re.fullmatch(r"[0-9]{1,5}", port.strip()):  # int() also took "1_0000", "+5" and fullwidth digits
+        raise UsageError(f"--listen {text!r}: {port!r} is not a port number")
+    p = int(port)
     if not 0 <= p <= 65535:
         raise UsageError(f"--listen {text!r}: port {p} is not in 0..65535")
     return host, p
@@ -190,11 +190,11 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--prefix", type=name_prefix, default="LuckyEngine_", help="name prefix of discovered segments")
     p.add_argument("--host-label", default=None, help="value of the host label (default: this machine's name)")
-    p.add_argument("--poll-hz", type=float, default=30.0, help="polls of each segment per second (default 30)")
+    p.add_argument("--poll-hz", type=plain_float, default=30.0, help="polls of each segment per second (default 30)")
     p.add_argument(
         "--allow-other-user", action="store_true", help="follow segments owned by another user (skipped by default)"
     )
-    p.add_argument("--seconds", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
+    p.add_argument("--seconds", type=plain_float, default=None, help="stop after this many seconds (default: Ctrl-C)")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
 
 
@@ -225,9 +225,9 @@ def run_export(args: argparse.Namespace) -> int:
     for n in names:
         validate_name(n)
     if not (0.1 <= args.poll_hz <= 240):  # also refuses NaN
-        raise UsageError(f"--poll-hz {args.poll_hz}: must be 0.1 to 240")
+        raise UsageError(f"--poll-hz {args.poll_hz:g}: must be 0.1 to 240")
     if args.seconds is not None and not (args.seconds > 0 and math.isfinite(args.seconds)):
-        raise UsageError(f"--seconds {args.seconds}: must be a positive number of seconds")
+        raise UsageError(f"--seconds {args.seconds:g}: must be a positive number of seconds")
     require("prometheus_client", "export")
     from prometheus_client import CollectorRegistry
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -21,6 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..core.argtypes import plain_float, plain_int
 from ..core.outputs import check_output_path
 from ..protocol import messages as m
 from ..protocol.enums import ImageFormat, SimMode
@@ -80,7 +82,7 @@ def parse_image(text: str, fmt: str) -> tuple[int, int] | None:
     """``WxH`` or ``WxHxC`` (C must agree with the format) or ``none``."""
     if text.lower() in ("none", "off", "0"):
         return None
-    mt = re.fullmatch(r"(\d{1,5})x(\d{1,5})(?:x(\d))?", text.strip().lower())
+    mt = re.fullmatch(r"([0-9]{1,5})x([0-9]{1,5})(?:x([0-9]))?", text.strip().lower())  # ASCII digits only
     if not mt:
         raise UsageError(f"--image {text!r}: expected WxH or WxHxC, e.g. 64x64 or 64x64x3, or 'none'")
     w, h = int(mt[1]), int(mt[2])
@@ -104,11 +106,11 @@ def format_for_channels(channels: int) -> str:
 
 def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="segment name, at most 30 characters (default LuckyEngine_<pid>, or $LUCKY_SHM_NAME)")
-    p.add_argument("--envs", type=int, default=64, help=f"number of envs (1..{MAX_ENVS}, default 64)")
+    p.add_argument("--envs", type=plain_int, default=64, help=f"number of envs (1..{MAX_ENVS}, default 64)")
     p.add_argument(
-        "--obs", type=int, default=16, help=f"floats per observation ({MIN_OBS_SIZE}..{MAX_VEC}, default 16)"
+        "--obs", type=plain_int, default=16, help=f"floats per observation ({MIN_OBS_SIZE}..{MAX_VEC}, default 16)"
     )
-    p.add_argument("--act", type=int, default=4, help=f"floats per action (1..{MAX_VEC}, default 4)")
+    p.add_argument("--act", type=plain_int, default=4, help=f"floats per action (1..{MAX_VEC}, default 4)")
     p.add_argument("--image", default="64x64", help="per-env image WxH[xC], or 'none' (default 64x64)")
     p.add_argument(
         "--format",
@@ -120,7 +122,7 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     rate = p.add_mutually_exclusive_group()
     rate.add_argument(
         "--hz",
-        type=float,
+        type=plain_float,
         default=50.0,
         help=f"steps per second in realtime/free-run, {MIN_HZ:g} to {MAX_HZ:g} (default 50)",
     )
@@ -130,16 +132,20 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="start in deterministic mode: step as soon as the trainer hands over",
     )
-    p.add_argument("--seed", type=int, default=0, help="randomisation seed (default 0)")
-    p.add_argument("--camera-fps", type=float, default=60.0, help="image publications per second (0 = every step)")
+    p.add_argument("--seed", type=plain_int, default=0, help="randomisation seed (default 0)")
+    p.add_argument(
+        "--camera-fps", type=plain_float, default=60.0, help="image publications per second (0 = every step)"
+    )
     p.add_argument("--no-tools", action="store_true", help="export no tools channel (monitors stay read-only)")
     p.add_argument(
         "--gpu-obs",
         action="store_true",
         help="observations in CUDA memory, shared by an IPC handle in the header (needs lucky-monitor[gpu])",
     )
-    p.add_argument("--gpu-device", type=int, default=0, help="CUDA device of --gpu-obs (default 0)")
-    p.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: run until signalled)")
+    p.add_argument("--gpu-device", type=plain_int, default=0, help="CUDA device of --gpu-obs (default 0)")
+    p.add_argument(
+        "--steps", type=plain_int, default=None, help="stop after this many steps (default: run until signalled)"
+    )
 
 
 def add_sim_stats_argument(p: argparse.ArgumentParser) -> None:
@@ -189,7 +195,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     """
     fmt = args.format
     if fmt is None:
-        mt = re.fullmatch(r"\d+x\d+x(\d)", args.image.strip().lower())
+        mt = re.fullmatch(r"[0-9]+x[0-9]+x([0-9])", args.image.strip().lower())
         fmt = format_for_channels(int(mt[1])) if mt and int(mt[1]) in (1, 3, 4) else "rgb"
     _check_range("--envs", args.envs, 1, MAX_ENVS, "the number of envs")
     _check_range("--obs", args.obs, MIN_OBS_SIZE, MAX_VEC, "floats per observation")
@@ -202,8 +208,10 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     bad = sorted(set(getattr(args, "misbehave", ())) - set(MISBEHAVIOURS))
     if bad:
         raise UsageError(f"--misbehave {bad[0]}: unknown; choose from {', '.join(MISBEHAVIOURS)}")
-    if not args.camera_fps >= 0:
-        raise UsageError(f"--camera-fps {args.camera_fps}: must be 0 (every step) or positive")
+    if not (args.camera_fps >= 0 and math.isfinite(args.camera_fps)):
+        raise UsageError(
+            f"--camera-fps {args.camera_fps}: must be 0 (every step) or a positive number of images a second"
+        )
     mode = SimMode.FAST if args.fast else (SimMode.DETERMINISTIC if args.deterministic else SimMode.REALTIME)
     cfg = EngineConfig(
         name=args.name or os.environ.get("LUCKY_SHM_NAME") or None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from lucky_monitor.core.pacing import DEFAULT_YIELD_US, Yielder
@@ -117,3 +119,13 @@ def test_hot_read_pauses_while_the_engine_holds_the_turn_and_never_during_a_copy
     res = hot_read(read_frame, read_action, copy, free_run=False, spin_s=1.0, pause=pause)
     assert res.ok and res.checked == "lockstep"
     assert events == ["pause", "pause", "pause", "copy"]
+
+
+def test_paced_ends_on_time_at_a_slow_rate() -> None:
+    # export --poll-hz 0.1 --seconds 0.5 had run 10.5 s: the sleep to the next step went past the end.
+    from lucky_monitor.core.pacing import paced
+
+    t0 = time.monotonic()
+    steps = list(paced(0.1, 0.5))
+    assert len(steps) == 1
+    assert time.monotonic() - t0 < 2.0
