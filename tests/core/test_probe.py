@@ -626,3 +626,22 @@ def test_a_header_field_changed_while_probed_fails_c7(subprocess_env, capsys) ->
     assert code == 1 and rows["C7"]["status"] == "fail", rows["C7"]
     assert rows["C7"]["detail"] == "header field num_envs changed while probed (8 -> 9)"
     assert failing(report).keys() == {"C7"}
+
+
+@pytest.mark.timeout(120)
+def test_the_read_only_check_catches_an_image_frame_stored_ahead_of_a_fast_engine(subprocess_env, capsys) -> None:
+    # A --fast engine catches up with an image_frame_seq stored 3 ahead within a millisecond of each image:
+    # one look at the two counters passed 12 runs of 12. The rule looks over the image wait.
+    with engine(subprocess_env, "image-frame-ahead", trainer=True, extra=("--fast",)) as name:
+        for _ in range(3):
+            capsys.readouterr()
+            assert main(["check", name, "--json"]) == 1
+            rules = {r["rule"]: r for r in json.loads(capsys.readouterr().out)["rules"]}
+            rule = rules["image_frame_seq at most frame_seq + 1"]
+            assert rule["status"] == "fail" and "frames ahead of frame_seq" in rule["detail"], rule
+    with engine(subprocess_env, trainer=True, extra=("--fast",)) as name:  # a healthy one passes
+        for _ in range(3):
+            capsys.readouterr()
+            main(["check", name, "--json"])
+            rules = {r["rule"]: r for r in json.loads(capsys.readouterr().out)["rules"]}
+            assert rules["image_frame_seq at most frame_seq + 1"]["status"] == "pass"
