@@ -480,7 +480,7 @@ def test_subprocess_check_pass(healthy, subprocess_env) -> None:
             "--color: expected 3 or 4 numbers (r,g,b[,a]), got '1,0'",
         ),
         (["line", "--from", "0,0,0", "--to", "0,0,0", "--color", "1.5,0,0"], "--color.r: 1.5 is outside 0..1"),
-        (["arrow", "--origin", "0,0,0", "--direction", "1,0,0", "--scale", "0"], "--scale: 0, must be greater than 0"),
+        (["arrow", "--origin", "0,0,0", "--direction", "1,0,0", "--scale", "0"], "--scale: 0 is not greater than 0"),
         (["velocity", "--vel", "1,0,nan"], "--vel: nan is not a finite number"),
     ],
 )

@@ -156,7 +156,7 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
         ),
         (
             ["draw", "LuckyEngine_x", "arrow", "--origin", "0,0,0", "--direction", "1,0,0", "--scale", "-5"],
-            "draw NAME arrow: --scale: -5, must be greater than 0 (usage: lucky-monitor draw NAME arrow --help)",
+            "draw NAME arrow: --scale: -5 is not greater than 0 (usage: lucky-monitor draw NAME arrow --help)",
         ),
         (["bogus"], "invalid choice: 'bogus'"),
         (["list", "--prefix", "../"], "list: argument --prefix: '../': '/' is not allowed"),

@@ -119,7 +119,7 @@ def scale_value(value: object, field: str = "scale") -> float:
     """A drawn-length multiplier: a number ``> 0``."""
     s = number(value, field)
     if not s > 0:
-        raise DrawInputError(f"{field}: {s:g}, must be greater than 0")
+        raise DrawInputError(f"{field}: {s:g} is not greater than 0")
     return s
 
 

@@ -42,11 +42,11 @@ def test_builders_make_the_requests() -> None:
         (lambda: d.line_request((0, 0, 0), (0, 0, 0), (1.5, 0, 0)), r"color\.r: 1\.5 is outside 0\.\.1"),
         (lambda: d.line_request((0, 0, 0), (0, 0, 0), (1, 0, 0, -0.1)), r"color\.a: -0\.1 is outside 0\.\.1"),
         (lambda: d.line_request((0, 0, 0), (0, 0, 0), (1, 0)), r"color: expected 3 or 4 numbers \(r,g,b\[,a\]\)"),
-        (lambda: d.arrow_request((0, 0, 0), (1, 0, 0), scale=0), r"scale: 0, must be greater than 0"),
-        (lambda: d.arrow_request((0, 0, 0), (1, 0, 0), scale=-2), r"scale: -2, must be greater than 0"),
+        (lambda: d.arrow_request((0, 0, 0), (1, 0, 0), scale=0), r"scale: 0 is not greater than 0"),
+        (lambda: d.arrow_request((0, 0, 0), (1, 0, 0), scale=-2), r"scale: -2 is not greater than 0"),
         (lambda: d.arrow_request((0, 0, 0), (1, 0, 0), scale=math.nan), r"scale: nan is not a finite number"),
         (lambda: d.velocity_request((0, 0, 0), 1, 4e38, 0), r"lin_vel_y: 4e\+38 is outside the float32 range"),
-        (lambda: d.velocity_request((0, 0, 0), 1, 0, 0, scale=0), r"scale: 0, must be greater than 0"),
+        (lambda: d.velocity_request((0, 0, 0), 1, 0, 0, scale=0), r"scale: 0 is not greater than 0"),
     ],
 )
 def test_out_of_range_input_is_refused_naming_the_field(build, message: str) -> None:
