@@ -41,6 +41,7 @@ and prints nothing.
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -100,6 +101,9 @@ LIVE_RULES: tuple[tuple[str, str], ...] = (
 
 #: Samples between two looks at the non-live header fields (C7): about every 10 ms.
 FIXED_EVERY = 20
+#: Seconds between two such looks while the probe waits inside a step (for an answer, for images to stop
+#: with Camera off): a field rewritten for a second there had been seen by no look at all.
+FIXED_LOOK_S = 0.01
 #: A heartbeat refreshed less often than this fails C25 (LAYOUT §8.3).
 HEARTBEAT_MIN_HZ = 10.0
 #: ... and so does one that stands still for longer than this (probe clock).
@@ -195,6 +199,8 @@ class _Talker:
         self.corrupt: list[str] = []
         self.silent_in_a_row = 0
         self.gone: str | None = None  # why no request is sent any more
+        #: Called while waiting for an answer (the probe looks at the non-live header fields there, C7).
+        self.while_waiting: Callable[[], None] = lambda: None
 
     # ------------------------------------------------------------ receiving
     def _receive(self, item: bytes | RingCorrupt) -> None:
@@ -286,6 +292,7 @@ class _Talker:
                     break
                 if now - t0 >= limit_s:
                     break
+                self.while_waiting()
                 time.sleep(0.0005)
         finally:
             self.current = None
@@ -338,6 +345,7 @@ class LiveProbe:
         self.seg = seg
         self.h = seg.header
         self.t = _Talker(client, deadline_s, clock)
+        self.t.while_waiting = self.look_fixed
         self.seconds = seconds
         self.deadline_s = deadline_s
         self.clock = clock
@@ -352,6 +360,7 @@ class LiveProbe:
         self.restore_problems: list[str] = []
         self.fixed_problem: str | None = None  # the first non-live header field seen changed (C7)
         self.fixed_looks = 0
+        self._fixed_at = -math.inf  # when look_fixed last looked (probe clock)
         # The last SetServiceEnabled sent per service bit: (on, exchange). Ctrl-C can land after a
         # request was pushed and before the engine applied it; restore() must not trust the live mask then.
         self.last_set: dict[int, tuple[bool, Exchange]] = {}
@@ -364,6 +373,13 @@ class LiveProbe:
             changed = self.seg.fixed_fields_changed()
             if changed is not None:
                 self.fixed_problem = changed.replace("while attached", "while probed")
+
+    def look_fixed(self) -> None:
+        """:meth:`check_fixed` at most every :data:`FIXED_LOOK_S`: for the probe's waits."""
+        now = self.clock()
+        if now - self._fixed_at >= FIXED_LOOK_S:
+            self._fixed_at = now
+            self.check_fixed()
 
     def _available(self, bit: int) -> bool:
         return bool(self.h.services_available >> bit & 1)
@@ -480,6 +496,7 @@ class LiveProbe:
         s_pre, f_pre, t_pre = c("image_seq"), c("frame_seq"), self.clock()
         limit = max(self.deadline_s, 2.0)
         while c("image_seq") == s_pre and self.clock() - t_pre < limit:
+            self.look_fixed()
             time.sleep(0.002)
         if c("image_seq") == s_pre:
             f_now = c("frame_seq")
@@ -504,6 +521,7 @@ class LiveProbe:
             s = c("image_seq")
             if s != s0 and moved is None:
                 moved = s
+            self.look_fixed()
             time.sleep(0.005)
         f1 = c("frame_seq")
         for b in bits:
@@ -511,6 +529,7 @@ class LiveProbe:
         s1 = c("image_seq")
         t1 = self.clock()
         while c("image_seq") == s1 and self.clock() - t1 < limit:
+            self.look_fixed()
             time.sleep(0.002)
         s2, f2 = c("image_seq"), c("frame_seq")
         if moved is not None:

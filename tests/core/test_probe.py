@@ -434,6 +434,9 @@ class SlowEngine:
     def read_counter(self, field: str) -> int:
         return self.services if field == "services_enabled" else 0
 
+    def fixed_fields_changed(self) -> None:  # the probe looks at the header while it waits (C7): never rewritten
+        return None
+
     def next_id(self) -> int:
         self.next += 1
         return self.next
@@ -645,3 +648,44 @@ def test_the_read_only_check_catches_an_image_frame_stored_ahead_of_a_fast_engin
             main(["check", name, "--json"])
             rules = {r["rule"]: r for r in json.loads(capsys.readouterr().out)["rules"]}
             assert rules["image_frame_seq at most frame_seq + 1"]["status"] == "pass"
+
+
+@pytest.mark.timeout(120)
+def test_a_header_field_changed_while_the_probe_holds_the_camera_off_fails_c7(subprocess_env, capsys) -> None:
+    # The probe waits a second with Camera and Viewport off (C35); a field rewritten only then had been
+    # compared by no look (they came after each step and while sampling).
+    import threading
+
+    with engine(subprocess_env) as name:
+        path = shm_path(name)
+        seen = threading.Event()
+
+        def rewrite() -> None:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                t_end = time.monotonic() + 60
+                while time.monotonic() < t_end:  # until the probe switches the camera off
+                    (enabled,) = struct.unpack("<I", os.pread(fd, 4, OFFSET["services_enabled"]))
+                    if not enabled >> Service.CAMERA & 1:
+                        break
+                    time.sleep(0.001)
+                else:
+                    return
+                seen.set()
+                (n,) = struct.unpack("<I", os.pread(fd, 4, OFFSET["num_envs"]))
+                os.pwrite(fd, struct.pack("<I", n + 1), OFFSET["num_envs"])
+                time.sleep(0.3)
+                os.pwrite(fd, struct.pack("<I", n), OFFSET["num_envs"])
+            finally:
+                os.close(fd)
+
+        thread = threading.Thread(target=rewrite)
+        thread.start()
+        try:
+            code, report = probe(capsys, name)
+        finally:
+            thread.join()
+    assert seen.is_set()
+    rows = live_rows(report)
+    assert code == 1 and rows["C7"]["status"] == "fail", rows["C7"]
+    assert rows["C7"]["detail"] == "header field num_envs changed while probed (8 -> 9)"
