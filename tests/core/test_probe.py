@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -600,34 +600,45 @@ def test_a_lent_command_client_gets_every_reply_and_the_session_none() -> None:
         eng.close()
 
 
-@pytest.mark.timeout(120)
-def test_a_header_field_changed_while_probed_fails_c7(subprocess_env, capsys) -> None:
-    """Seen: num_envs 30 -> 31 for 2.5 s during `check --live`, and every rule passed (a `watch` beside it said so)."""
+def _bump_num_envs(fd: int, hold_s: float) -> None:
+    """num_envs one more for ``hold_s`` seconds, then as it was: a header rewritten under a live engine."""
+    (n,) = struct.unpack("<I", os.pread(fd, 4, OFFSET["num_envs"]))
+    os.pwrite(fd, struct.pack("<I", n + 1), OFFSET["num_envs"])
+    time.sleep(hold_s)
+    os.pwrite(fd, struct.pack("<I", n), OFFSET["num_envs"])
+
+
+def _probe_while(capsys, name: str, rewrite: Callable[[int], None]) -> tuple[int, dict]:
+    """:func:`probe` with ``rewrite(fd)`` running beside it on the segment's file."""
     import threading
 
-    with engine(subprocess_env) as name:
-        path = shm_path(name)
+    fd = os.open(shm_path(name), os.O_RDWR)
+    thread = threading.Thread(target=rewrite, args=(fd,))
+    thread.start()
+    try:
+        return probe(capsys, name)
+    finally:
+        thread.join()
+        os.close(fd)
 
-        def rewrite() -> None:
-            time.sleep(1.0)
-            fd = os.open(path, os.O_RDWR)
-            try:
-                (n,) = struct.unpack("<I", os.pread(fd, 4, OFFSET["num_envs"]))
-                os.pwrite(fd, struct.pack("<I", n + 1), OFFSET["num_envs"])
-                time.sleep(1.0)
-                os.pwrite(fd, struct.pack("<I", n), OFFSET["num_envs"])
-            finally:
-                os.close(fd)
 
-        thread = threading.Thread(target=rewrite)
-        thread.start()
-        try:
-            code, report = probe(capsys, name)
-        finally:
-            thread.join()
+def _assert_c7_saw_num_envs(code: int, report: dict) -> None:
     rows = live_rows(report)
     assert code == 1 and rows["C7"]["status"] == "fail", rows["C7"]
     assert rows["C7"]["detail"] == "header field num_envs changed while probed (8 -> 9)"
+
+
+@pytest.mark.timeout(120)
+def test_a_header_field_changed_while_probed_fails_c7(subprocess_env, capsys) -> None:
+    """Seen: num_envs 30 -> 31 for 2.5 s during `check --live`, and every rule passed (a `watch` beside it said so)."""
+
+    def rewrite(fd: int) -> None:
+        time.sleep(1.0)
+        _bump_num_envs(fd, 1.0)
+
+    with engine(subprocess_env) as name:
+        code, report = _probe_while(capsys, name, rewrite)
+    _assert_c7_saw_num_envs(code, report)
     assert failing(report).keys() == {"C7"}
 
 
@@ -654,38 +665,19 @@ def test_the_read_only_check_catches_an_image_frame_stored_ahead_of_a_fast_engin
 def test_a_header_field_changed_while_the_probe_holds_the_camera_off_fails_c7(subprocess_env, capsys) -> None:
     # The probe waits a second with Camera and Viewport off (C35); a field rewritten only then had been
     # compared by no look (they came after each step and while sampling).
-    import threading
+    seen = []
+
+    def rewrite(fd: int) -> None:
+        t_end = time.monotonic() + 60
+        while time.monotonic() < t_end:  # until the probe switches the camera off
+            (enabled,) = struct.unpack("<I", os.pread(fd, 4, OFFSET["services_enabled"]))
+            if not enabled >> Service.CAMERA & 1:
+                seen.append(True)
+                _bump_num_envs(fd, 0.3)
+                return
+            time.sleep(0.001)
 
     with engine(subprocess_env) as name:
-        path = shm_path(name)
-        seen = threading.Event()
-
-        def rewrite() -> None:
-            fd = os.open(path, os.O_RDWR)
-            try:
-                t_end = time.monotonic() + 60
-                while time.monotonic() < t_end:  # until the probe switches the camera off
-                    (enabled,) = struct.unpack("<I", os.pread(fd, 4, OFFSET["services_enabled"]))
-                    if not enabled >> Service.CAMERA & 1:
-                        break
-                    time.sleep(0.001)
-                else:
-                    return
-                seen.set()
-                (n,) = struct.unpack("<I", os.pread(fd, 4, OFFSET["num_envs"]))
-                os.pwrite(fd, struct.pack("<I", n + 1), OFFSET["num_envs"])
-                time.sleep(0.3)
-                os.pwrite(fd, struct.pack("<I", n), OFFSET["num_envs"])
-            finally:
-                os.close(fd)
-
-        thread = threading.Thread(target=rewrite)
-        thread.start()
-        try:
-            code, report = probe(capsys, name)
-        finally:
-            thread.join()
-    assert seen.is_set()
-    rows = live_rows(report)
-    assert code == 1 and rows["C7"]["status"] == "fail", rows["C7"]
-    assert rows["C7"]["detail"] == "header field num_envs changed while probed (8 -> 9)"
+        code, report = _probe_while(capsys, name, rewrite)
+    assert seen
+    _assert_c7_saw_num_envs(code, report)
