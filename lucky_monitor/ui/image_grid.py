@@ -1247,11 +1247,22 @@ class ImageGridWidget(QtWidgets.QWidget):
             # number, so the shrunk grid lands on the screen pixel for pixel: drawn as a blit, not scaled
             # again by a few percent (which repeated a row or column of pixels every few dozen).
             z = math.floor(pitch * z + 1e-6) / pitch
-            cx, cy = gw / 2, gh / 2
-            hw, hh = vw / (2 * z), vh / (2 * z)
-            self.view_box.setRange(xRange=(cx - hw, cx + hw), yRange=(cy - hh, cy + hh), padding=0)
+        elif z > 1.0:
+            # Shown larger than their pixels, the tiles are scaled by Qt (nearest). At the view's exact size a
+            # pitch fell between two screen pixels and alternated (104 and 105 px for 7 envs of 64x64). Fit at
+            # the zoom that puts the columns' pitch on whole pixels, and the rows' too where one zoom does both
+            # at most 5 % smaller (a multiple of 1/gcd of the two pitches; square tiles: always).
+            pitch_y = t.height + t.gap
+            z_x = math.floor(pitch * z + 1e-6) / pitch
+            g = math.gcd(pitch, pitch_y)
+            z_xy = math.floor(g * z + 1e-6) / g
+            z = z_xy if z_xy >= 0.95 * z_x and z_xy >= 1.0 else z_x
+        else:
+            self.view_box.setRange(QtCore.QRectF(0, 0, gw, gh), padding=self.FIT_PADDING)
             return
-        self.view_box.setRange(QtCore.QRectF(0, 0, gw, gh), padding=self.FIT_PADDING)
+        cx, cy = gw / 2, gh / 2
+        hw, hh = vw / (2 * z), vh / (2 * z)
+        self.view_box.setRange(xRange=(cx - hw, cx + hw), yRange=(cy - hh, cy + hh), padding=0)
 
     def _view_aspect(self) -> float | None:
         """The view's width over height to 3 digits (``None`` before it is laid out)."""

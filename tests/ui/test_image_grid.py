@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import weakref
 
@@ -1058,3 +1059,51 @@ def test_a_narrow_readout_drops_its_note_then_the_stored_value(grid_widget):
     ):
         line.resize(math.ceil(metrics.horizontalAdvance(form)) + 1, height)
         assert line.shown_text() == form
+
+
+def _runs(line: np.ndarray) -> list[tuple[tuple[int, ...], int]]:
+    """A row of RGB pixels as (colour, length) runs."""
+    runs: list[tuple[tuple[int, ...], int]] = []
+    for px in map(tuple, line):
+        if runs and runs[-1][0] == px:
+            runs[-1] = (px, runs[-1][1] + 1)
+        else:
+            runs.append((px, 1))
+    return runs
+
+
+@pytest.mark.parametrize(("n", "h", "w"), [(7, 64, 64), (16, 64, 48), (2, 64, 64), (16, 48, 64)])
+def test_an_enlarged_grid_fitted_to_the_view_has_every_tile_equally_wide(grid_widget, solid_images, n, h, w):
+    # Shown larger than their pixels, the tiles are scaled by Qt (nearest). Fitted to the view's exact size,
+    # a tile's pitch fell between two screen pixels and alternated: 104 and 105 px for 7 envs of 64x64, 64
+    # and 65 px for 16 of 48x64. The fit puts the pitch of the columns (and of the rows, for square tiles)
+    # on whole screen pixels, so every tile and every gap is as wide as the others.
+    grid_widget.labels.setVisible(False)  # the env labels are drawn over the tiles' corners
+    frame = image_frame(solid_images(n, h, w))
+    grid_widget.show_image(frame)
+    settle(grid_widget)
+    view = grid_widget.view_request
+    assert view.screen_px > 1.0  # shown larger than its pixels at this size
+    t = frame.layout
+    pitches = [(t.width + t.gap) * view.screen_px]
+    if t.width == t.height:
+        pitches.append((t.height + t.gap) * view.screen_px)
+    for pitch in pitches:
+        assert pitch == pytest.approx(round(pitch), abs=1e-6)
+    shot = qimage_to_array(grid_widget.graphics.viewport().grab().toImage())
+    origin = grid_widget.graphics.mapFromScene(grid_widget.view_box.mapViewToScene(QtCore.QPointF(0, 0)))
+    x0, y0 = round(origin.x()), round(origin.y())
+    # Along the middle of the first row of tiles: tile, gap, tile, gap ... every tile as wide, every gap too.
+    y = y0 + round(t.height * view.screen_px / 2)
+    envs = {tuple(int(v) for v in c) for c in solid_images(n, 1, 1)[:, 0, 0]}
+    runs = _runs(shot[y])
+    tiles = [length for colour, length in runs if colour in envs]
+    gaps = [n for (colour, n), after in itertools.pairwise(runs) if colour == (40, 40, 40) and after[0] in envs]
+    assert len(tiles) == min(n, t.columns)
+    assert len(set(tiles)) == 1, tiles
+    assert len(set(gaps)) <= 1, gaps
+    if t.width == t.height and t.rows > 1:  # and down the first column of tiles
+        runs = _runs(shot[:, x0 + round(t.width * view.screen_px / 2)])
+        tiles = [length for colour, length in runs if colour in envs]
+        assert len(tiles) == t.rows
+        assert len(set(tiles)) == 1, tiles
