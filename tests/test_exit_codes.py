@@ -214,6 +214,7 @@ def test_1_a_check_rule_fails(segment_factory, capsys) -> None:
         (["sim", "--hz", "\uff11\uff10"], "sim: argument --hz: '\uff11\uff10' is not a number"),
         (["sim", "--image", "\uff11\uff10x8"], "--image '\uff11\uff10x8': expected WxH"),
         (["sim", "--camera-fps", "inf"], "--camera-fps inf: must be 0 (every step) or a positive number"),
+        (["sim", "--camera-fps", "-1"], "--camera-fps -1: must be 0 (every step) or a positive number"),  # not -1.0
         (["train", "--shm", "LuckyEngine_not_needed", "--seed", "1_0"], "argument --seed: '1_0' is not a whole number"),
         (
             ["draw", "LuckyEngine_x", "arrow", "--origin", "0,0,0", "--direction", "1,0,0", "--scale", "1_0"],

@@ -210,7 +210,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         raise UsageError(f"--misbehave {bad[0]}: unknown; choose from {', '.join(MISBEHAVIOURS)}")
     if not (args.camera_fps >= 0 and math.isfinite(args.camera_fps)):
         raise UsageError(
-            f"--camera-fps {args.camera_fps}: must be 0 (every step) or a positive number of images a second"
+            f"--camera-fps {args.camera_fps:g}: must be 0 (every step) or a positive number of images a second"
         )
     mode = SimMode.FAST if args.fast else (SimMode.DETERMINISTIC if args.deterministic else SimMode.REALTIME)
     cfg = EngineConfig(
