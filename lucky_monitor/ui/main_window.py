@@ -465,6 +465,7 @@ class MainWindow(QtWidgets.QMainWindow):
         if seconds is not None:
             with contextlib.suppress(ValueError, TypeError, LuckyMonitorError):  # a stale setting is ignored
                 self.plots.set_window_seconds(float(seconds))
+        self.plots.set_log_counts(s.value("plots/log_counts", "false") in (True, "true"))
 
     def _save_settings(self) -> None:
         s = self.settings
@@ -473,6 +474,7 @@ class MainWindow(QtWidgets.QMainWindow):
         s.setValue("window/splitter", self.splitter.saveState())
         s.setValue("grid/columns", self.grid.columns_spin.value())
         s.setValue("plots/window_seconds", self.plots.window_seconds)
+        s.setValue("plots/log_counts", self.plots.log_counts)
         s.sync()
 
     # -------------------------------------------------------------- frame

@@ -642,12 +642,63 @@ class SkipRug(pg.GraphicsObject):
         self.last_drawn = int(columns.shape[0])
 
 
+def log_count(counts: np.ndarray) -> np.ndarray:
+    """Where a count is drawn on the log counts axis: ``log10(1 + count)`` (0 stays at 0, 9 is at 1)."""
+    return np.log10(1.0 + counts)
+
+
 class CountAxis(pg.AxisItem):
-    """An axis of whole counts (envs ended): no tick between two integers, however short the range."""
+    """An axis of whole counts (envs ended): no tick between two integers, however short the range.
+
+    With :attr:`log` set, the plot's values are :func:`log_count` of the counts: ticks at 0 and
+    at whole decades (1, 10, 100 ...), with 2 and 5 of each decade between where there is room,
+    labelled with the counts.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.log = False
 
     def tickSpacing(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, float]]:
         levels = [(float(sp), float(off)) for sp, off in super().tickSpacing(minVal, maxVal, size) if sp >= 1]
         return levels or [(1.0, 0.0)]
+
+    def _label_px(self) -> float:
+        """Screen pixels a tick label needs along the axis (its font's height, and a little air)."""
+        font = self.style.get("tickFont") or self.font()
+        return QtGui.QFontMetricsF(font).height() + 2.0
+
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:
+        if not self.log:
+            return super().tickValues(minVal, maxVal, size)
+        low, high = min(minVal, maxVal), max(minVal, maxVal)
+        if not (math.isfinite(low) and math.isfinite(high)) or high <= low or size <= 0:
+            return []
+        decades = range(int(min(high, 12.0)) + 2)  # counts are at most 2^32: past that is someone's zoom
+        px = size / (high - low)  # screen pixels per unit of log10(1 + count)
+        room = self._label_px() / px
+        kept: list[float] = []
+
+        def take(counts: list[float]) -> list[float]:
+            """Those of ``counts`` in view whose labels stay clear of the ones kept so far, taken in that order."""
+            taken = []
+            for v in (float(x) for x in log_count(np.asarray(counts))):
+                if low <= v <= high and all(abs(v - k) >= room for k in kept):
+                    kept.append(v)
+                    taken.append(v)
+            return sorted(taken)
+
+        # The decades first, then 0 where its label has room (on a short axis 0 and 1 are a few pixels apart).
+        levels: list[tuple[float, list[float]]] = [(1.0, take([10.0**k for k in decades] + [0.0]))]
+        between = take([m * 10.0**k for k in decades for m in (2.0, 5.0)])
+        if between:
+            levels.append((0.5, between))
+        return levels
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        if not self.log:
+            return super().tickStrings(values, scale, spacing)
+        return [f"{round(10.0**v - 1.0):d}" for v in values]
 
 
 def seam_paints(scene: QtWidgets.QGraphicsScene, offer: Callable[[], Callable[[], None]]) -> int:
@@ -759,7 +810,8 @@ class PlotsPanel(QtWidgets.QWidget):
         ci.addItem(self.counts_legend, row=2, col=0)
         for legend in (self.legend, self.counts_legend):
             ci.layout.setAlignment(legend, QtCore.Qt.AlignmentFlag.AlignLeft | QtCore.Qt.AlignmentFlag.AlignVCenter)
-        self.counts_plot = ci.addPlot(row=3, col=0, axisItems={"left": CountAxis(orientation="left")})
+        self.count_axis = CountAxis(orientation="left")
+        self.counts_plot = ci.addPlot(row=3, col=0, axisItems={"left": self.count_axis})
         self.raster_plot = ci.addPlot(row=4, col=0)
         self.reward_plot.setLabel("left", "reward")
         self.counts_plot.setLabel("left", "envs ended")
@@ -866,6 +918,11 @@ class PlotsPanel(QtWidgets.QWidget):
         self.auto_levels_box.setToolTip("scale the raster's colours to the rewards in view")
         self.auto_levels_box.setChecked(True)
         self.auto_levels_box.toggled.connect(self._auto_levels_toggled)
+        self.log_counts_box = QtWidgets.QCheckBox("log")
+        self.log_counts_box.setToolTip(
+            "envs ended on a log scale (0, 1, 10, 100 …): a truncation spike of thousands beside a few dones"
+        )
+        self.log_counts_box.toggled.connect(self.set_log_counts)
         self.csv_button = QtWidgets.QToolButton()
         self.csv_button.setText("CSV…")
         self.csv_button.setToolTip("export the plotted series as CSV")
@@ -887,6 +944,7 @@ class PlotsPanel(QtWidgets.QWidget):
             self.pause_button,
             self.band_box,
             self.auto_levels_box,
+            self.log_counts_box,
             self.csv_button,
             self.png_button,
         ):
@@ -944,6 +1002,31 @@ class PlotsPanel(QtWidgets.QWidget):
                 self.band_box.setCurrentIndex(index)
                 return
         raise ValueError(f"band mode must be one of {[k for k, _ in BAND_MODES]}, got {mode!r}")
+
+    @property
+    def log_counts(self) -> bool:
+        """Whether the envs-ended plot is drawn on a log scale (:func:`log_count`)."""
+        return self.count_axis.log
+
+    def set_log_counts(self, on: bool) -> None:
+        """Draw the envs-ended plot on a log scale (``True``) or a linear one; its y range goes back to the panel."""
+        on = bool(on)
+        if self.log_counts_box.isChecked() != on:
+            self.log_counts_box.setChecked(on)  # re-enters through toggled
+            return
+        if on == self.count_axis.log:
+            return
+        self.count_axis.log = on
+        # (the axis is about 90 px high at 1280x800: "envs ended (log)" was cut there)
+        self.counts_plot.setLabel("left", "ended (log)" if on else "envs ended")
+        box = self.counts_plot.getViewBox()
+        self._owned[(id(box), 1)] = None  # a range zoomed on the other scale means nothing on this one
+        self.count_axis.picture = None
+        self.count_axis.update()
+        self._curve_key = None
+        self._last_key = None
+        if self._view is not None:
+            self._draw_curves(self._view, self._curve_target(), self._x_span())
 
     @property
     def paused(self) -> bool:
@@ -1129,6 +1212,8 @@ class PlotsPanel(QtWidgets.QWidget):
         high = reduce_bins(columns[2], starts, "max")
         dones = reduce_bins(columns[3], starts, "max")
         truncs = reduce_bins(columns[4], starts, "max")
+        if self.count_axis.log:
+            dones, truncs = log_count(dones), log_count(truncs)
         offer = self.offer  # between the curves: each setData is 0.1-0.3 ms of Python at a thousand points
         offer()
         self.mean_curve.setData(xs, mean, connect="finite")

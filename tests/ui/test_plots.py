@@ -852,3 +852,82 @@ def test_a_done_beside_a_truncation_spike_stays_visible(qtbot, panel: PlotsPanel
         return abs(c.red() - d.red()) + abs(c.green() - d.green()) + abs(c.blue() - d.blue())
 
     assert dist(colour, dones) < dist(colour, truncs), colour.name()
+
+
+def test_log_counts_show_a_few_dones_beside_a_truncation_spike_of_thousands(qtbot) -> None:
+    """At 4096 envs a truncation spike of 4,000 squeezed dones of about 15 into the axis line (linear scale)."""
+    n = 4096
+    history = History(n, capacity=2000, raster_capacity=120)
+    panel = PlotsPanel(history)
+    qtbot.addWidget(panel)
+    panel.resize(900, 700)
+    panel.show()
+    qtbot.waitExposed(panel)
+    rng = np.random.default_rng(1)
+    for seq in range(1, 301):
+        dones = np.zeros(n, np.uint8)
+        dones[rng.choice(n, 15, replace=False)] = 1
+        truncs = np.zeros(n, np.uint8)
+        if seq == 150:
+            truncs[:4000] = 1
+        history.append(seq, seq / 50, np.zeros(n, np.float32), dones, truncs)
+    vb = panel.counts_plot.getViewBox()
+
+    def dones_height_px() -> float:
+        """How high a bar of 15 dones stands on screen."""
+        ys = curve_xy(panel.dones_curve)[1]
+        top = vb.mapViewToScene(QtCore.QPointF(100.0, float(ys[99])))
+        bottom = vb.mapViewToScene(QtCore.QPointF(100.0, 0.0))
+        return bottom.y() - top.y()
+
+    panel.update_view()
+    QtWidgets.QApplication.processEvents()
+    linear = dones_height_px()
+    assert not panel.log_counts
+    assert linear < 0.01 * vb.height()  # squeezed to the axis line
+    panel.log_counts_box.click()
+    assert panel.log_counts
+    panel.update_view()
+    QtWidgets.QApplication.processEvents()
+    view = history.window(panel.window_seconds, raster=False)
+    np.testing.assert_allclose(curve_xy(panel.dones_curve)[1], np.log10(1.0 + view.done_count))
+    np.testing.assert_allclose(curve_xy(panel.truncs_curve)[1], np.log10(1.0 + view.trunc_count))
+    assert dones_height_px() > 0.25 * vb.height()  # 15 of 4,000 stands a third of the way up
+    low, high = vb.viewRange()[1]
+    assert low <= 0.0 and np.log10(4001.0) <= high < np.log10(4001.0) + 1.0  # the spike in view, fitted
+    assert panel.counts_plot.getAxis("left").labelText == "ended (log)"  # "envs ended (log)" was cut at 1280x800
+    # Ticks name counts: 0 and whole decades, labelled as counts.
+    axis = panel.count_axis
+    values = [v for _, level in axis.tickValues(low, high, vb.height()) for v in level]
+    labels = axis.tickStrings(values, 1.0, 1.0)
+    assert {"1", "10", "100", "1000"} <= set(labels), labels
+    for v, text in zip(values, labels, strict=True):
+        assert np.log10(1.0 + int(text)) == pytest.approx(v)
+    # On a short axis the labels keep clear of each other: the decades first, 0 only where it has room.
+    for size in (40.0, 60.0, 90.0, 400.0):
+        for top in (np.log10(65.0), np.log10(4097.0)):
+            shown = sorted(v for _, level in axis.tickValues(0.0, top * 1.05, size) for v in level)
+            gaps = np.diff(np.asarray(shown)) * size / (top * 1.05)
+            assert shown and (gaps >= axis._label_px()).all(), (size, top, shown)
+            assert np.log10(2.0) in shown or size * np.log10(11.0) / (top * 1.05) < 2 * axis._label_px()
+    # Back to linear: the counts themselves again.
+    panel.set_log_counts(False)
+    assert not panel.log_counts_box.isChecked()
+    panel.update_view()
+    np.testing.assert_array_equal(curve_xy(panel.dones_curve)[1], view.done_count)
+    assert panel.counts_plot.getAxis("left").labelText == "envs ended"
+    assert axis.tickStrings([0.0, 1000.0], 1.0, 1000.0) == ["0", "1000"]
+
+
+def test_switching_to_log_counts_hands_a_zoomed_counts_range_back_to_the_panel(panel: PlotsPanel) -> None:
+    """A y range zoomed in counts means nothing in log10(1 + count): the panel fits the new scale."""
+    feed(panel.history, 300)
+    panel.update_view()
+    vb = panel.counts_plot.getViewBox()
+    vb.setYRange(0.0, 100.0, padding=0)  # the user's zoom, in counts
+    vb.sigRangeChangedManually.emit([False, True])
+    panel.update_view()
+    assert vb.viewRange()[1][1] == pytest.approx(100.0)  # theirs while linear
+    panel.set_log_counts(True)
+    high = float(np.nanmax(curve_xy(panel.truncs_curve)[1]))
+    assert vb.viewRange()[1][1] < 10.0 and vb.viewRange()[1][1] >= high

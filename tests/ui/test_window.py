@@ -603,6 +603,23 @@ def test_the_saved_column_count_comes_back(qtbot, engine, settings):
     win.close()
 
 
+def test_the_log_counts_choice_is_saved_and_comes_back(qtbot, engine, settings):
+    from lucky_monitor.ui.main_window import MainWindow
+
+    win = MainWindow(engine.name, settings=settings)
+    qtbot.addWidget(win)
+    assert not win.plots.log_counts
+    win.plots.log_counts_box.click()
+    win.close()
+    assert settings.value("plots/log_counts") in (True, "true")
+    again = MainWindow(engine.name, settings=settings)
+    qtbot.addWidget(again)
+    assert again.plots.log_counts and again.plots.log_counts_box.isChecked()
+    again.plots.set_log_counts(False)
+    again.close()
+    assert settings.value("plots/log_counts") in (False, "false")
+
+
 def test_pressing_repeat_never_widens_the_window(qtbot, engine, window):
     # Seen: 1600 -> 1611 px when the debug-draw panel's status line grew.
     win = window(engine.name)
