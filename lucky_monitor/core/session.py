@@ -188,6 +188,20 @@ class ImageFrame:
     bottom_up: bool
     options: DisplayOptions
     new: bool
+    #: The tiles (rows r0:r1, columns c0:c1 of ``display_layout``) this batch was copied into, ``None`` for all
+    #: of them: a grid too large to copy whole is copied where the view is; the rest holds older tiles.
+    region: tuple[int, int, int, int] | None = None
+
+    def copied_part(self) -> tuple[int, int, int, int] | None:
+        """The pixels of :attr:`grid` the batch was copied into, ``(y0, y1, x0, x1)``; ``None`` for all of it."""
+        if self.region is None:
+            return None
+        r0, r1, c0, c1 = self.region
+        g = self.display_layout
+        h, w = self.grid.shape[:2]
+        ph, pw = g.height + g.gap, g.width + g.gap
+        y0, x0 = min(h, r0 * ph), min(w, c0 * pw)
+        return y0, min(h, max(y0, r1 * ph - g.gap)), x0, min(w, max(x0, c1 * pw - g.gap))
 
     def shown_tile(self, env: int) -> np.ndarray:
         """``env``'s tile as it sits in :attr:`grid` (shrunk by :attr:`step`; tiles not in view are stale)."""
@@ -473,6 +487,9 @@ class GridDisplay:
         self.front: Tiler | None = None
         self.back: Tiler | None = None
         self.has_frame = False
+        #: The tiles (rows r0:r1, columns c0:c1) the front buffer's last tiling wrote; ``None``: all of them.
+        self.front_region: tuple[int, int, int, int] | None = None
+        self._back_region: tuple[int, int, int, int] | None = None
         self._plan = Tiler(n, h, w, c, gap=gap, allocate=False)
         self._geometry_key: tuple[int, int | None, bool] | None = None
         self._sampler: ImageSampler | None = None
@@ -537,6 +554,7 @@ class GridDisplay:
         self.back = Tiler(n, th, tw, c, columns=cols, gap=gd, gap_value=self.gap_value)
         self._layout += 1
         self._copy_plans.clear()
+        self.front_region = self._back_region = None
         if alpha:
             for t in (self.front, self.back):
                 t._plan(cols, 4)
@@ -643,6 +661,7 @@ class GridDisplay:
         offer = y is not None and y.active
         back = self.back
         assert back is not None
+        self._back_region = region
         key = (src_format, flip, o.swap_rb, o.show_alpha, region)
         plan = self._copy_plans.get(id(back))
         if plan is None or plan[0] is not back or plan[1] is not back.grid or plan[2] is not src or plan[3] != key:
@@ -847,6 +866,7 @@ class GridDisplay:
 
     def swap(self) -> None:
         self.front, self.back = self.back, self.front
+        self.front_region = self._back_region
         self.has_frame = True
 
 
@@ -1967,6 +1987,7 @@ class MonitorSession:
                 bottom_up=self._bottom_up,
                 options=self._display,
                 new=new_image,
+                region=g.front_region,
             )
         self._last_image = image
         results: tuple[CommandResult, ...] = ()

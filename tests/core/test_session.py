@@ -661,6 +661,18 @@ def test_zoomed_in_only_the_tiles_in_view_are_copied(engines) -> None:
     far = full.num_envs - 1
     copied = {e for e in range(full.num_envs) if np.array_equal(t.image.shown_tile(e), eng.seg.images[e])}
     assert 0 in copied and far not in copied  # the far corner was not copied this frame
+    # The frame says which tiles it was copied into (the view's, and one more on each side), and where they are.
+    r0, r1, c0, c1 = t.image.region
+    assert (r0, c0) == (0, 0) and 0 < r1 < full.rows and 0 < c1 < full.columns
+    y0, y1, x0, x1 = t.image.copied_part()
+    g = t.image.display_layout
+    assert (y0, x0) == (0, 0) and (y1, x1) == (r1 * (g.height + g.gap) - g.gap, c1 * (g.width + g.gap) - g.gap)
+    inside = {e for e in range(full.num_envs) if divmod(e, g.columns)[0] < r1 and divmod(e, g.columns)[1] < c1}
+    assert inside <= copied
+    s.set_view(None)  # no view: every tile, and the frame says so
+    eng.tick()
+    t = run(s, engines, lambda t: t.image is not None and t.image.new, "a new image")
+    assert t.image.region is None and t.image.copied_part() is None
     s.close()
 
 

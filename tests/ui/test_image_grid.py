@@ -1107,3 +1107,36 @@ def test_an_enlarged_grid_fitted_to_the_view_has_every_tile_equally_wide(grid_wi
         tiles = [length for colour, length in runs if colour in envs]
         assert len(tiles) == t.rows
         assert len(set(tiles)) == 1, tiles
+
+
+def test_a_grid_copied_where_the_view_is_is_converted_there_only(grid_widget, monkeypatch):
+    # A 4096-env grid of 64x64 tiles zoomed onto a few: the session copies the tiles in view (and one more on each
+    # side) and the frame says where; the widget had converted the whole 53 MiB display buffer for each new image
+    # (47 ms), now the part copied. The rest of the picture keeps what it showed.
+    rng = np.random.default_rng(5)
+    first = image_frame(rng.integers(0, 256, (64, 16, 16, 3), dtype=np.uint8))
+    grid_widget.show_image(first)
+    surface = grid_widget.image_item
+    before = qimage_to_array(surface.qimage)
+    np.testing.assert_array_equal(before, first.grid)
+    converts = []
+    real = QtGui.QImage.convertToFormat
+    monkeypatch.setattr(QtGui.QImage, "convertToFormat", lambda self, *a: converts.append(a) or real(self, *a))
+    newer = image_frame(rng.integers(0, 256, (64, 16, 16, 3), dtype=np.uint8), image_seq=3)
+    part_frame = dataclasses.replace(newer, region=(1, 3, 2, 5))  # tile rows 1-2, columns 2-4
+    y0, y1, x0, x1 = part_frame.copied_part()
+    g = part_frame.display_layout
+    assert (y0, y1, x0, x1) == (18, 52, 36, 88) and g.height + g.gap == 18 and g.width + g.gap == 18
+    grid_widget.show_image(part_frame)
+    assert converts == []  # no conversion of the whole buffer
+    shown = qimage_to_array(surface.qimage)
+    np.testing.assert_array_equal(shown[y0:y1, x0:x1], newer.grid[y0:y1, x0:x1])
+    outside = np.ones(shown.shape[:2], bool)
+    outside[y0:y1, x0:x1] = False
+    np.testing.assert_array_equal(shown[outside], before[outside])
+    # A frame copied whole (no region) is converted whole, as is one of another size.
+    grid_widget.show_image(newer)
+    np.testing.assert_array_equal(qimage_to_array(surface.qimage), newer.grid)
+    other = image_frame(rng.integers(0, 256, (9, 16, 16, 3), dtype=np.uint8))
+    grid_widget.show_image(dataclasses.replace(other, region=(0, 1, 0, 1)))
+    np.testing.assert_array_equal(qimage_to_array(surface.qimage), other.grid)
