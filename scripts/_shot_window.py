@@ -9,14 +9,11 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from typing import Any
 
 
-def open_window(
-    name: str, *, size: tuple[int, int] = (1920, 1080), nap_s: float = 0.002
-) -> tuple[Any, Callable[[float], None]]:
+def open_window(name: str, *, size: tuple[int, int] = (1920, 1080)) -> tuple[Any, Callable[[float], None]]:
     from PySide6 import QtCore, QtWidgets
 
     from lucky_monitor.ui.main_window import MainWindow
@@ -30,9 +27,10 @@ def open_window(
     win.show()
 
     def run(seconds: float) -> None:
-        t_end = time.monotonic() + seconds
-        while time.monotonic() < t_end:
-            app.processEvents()
-            time.sleep(nap_s)
+        # The application's own event loop, as the window runs under `lucky-monitor`: turned by hand
+        # (processEvents and a nap), the first layout gave the RPC panel 652 px of a 1920 px window.
+        loop = QtCore.QEventLoop()
+        QtCore.QTimer.singleShot(max(1, round(seconds * 1000)), loop.quit)
+        loop.exec()
 
     return win, run

@@ -71,7 +71,7 @@ def main() -> int:
         stderr=subprocess.DEVNULL,
     )
     try:
-        win, run = open_window(name, nap_s=0.002)
+        win, run = open_window(name)
 
         run(4.0)
         win.session.select([2, 5])
