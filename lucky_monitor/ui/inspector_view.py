@@ -401,11 +401,28 @@ class InspectorView(QtWidgets.QWidget):
             self._fill_table(self._table_stats)
 
     def _fill_table(self, s: RegionStats) -> None:
+        """Set every cell, then tell the view once.
+
+        Each cell's change had reached the view on its own, and the header, sizing its columns to their
+        contents, measured the column again for each: 55 ms a refresh for 100 dims (1,000 changes).
+        The model's signals are held while the cells are set, and one ``dataChanged`` covers them all.
+        """
         d = min(s.dims, MAX_TABLE_DIMS)
         t = self.table
         t.setUpdatesEnabled(False)
         t.setRowCount(d)
         t.setVerticalHeaderLabels([str(i) for i in range(d)])
+        model = t.model()
+        held = model.blockSignals(True)
+        try:
+            self._set_cells(t, s, d)
+        finally:
+            model.blockSignals(held)
+        if d:
+            model.dataChanged.emit(model.index(0, 0), model.index(d - 1, len(HEADERS) - 1), [])
+        t.setUpdatesEnabled(True)
+
+    def _set_cells(self, t: QtWidgets.QTableWidget, s: RegionStats, d: int) -> None:
         for i in range(d):
             cells = (
                 s.names[i],
@@ -425,4 +442,3 @@ class InspectorView(QtWidgets.QWidget):
                     item.setToolTip(f"{HEADERS[j]} of dim {i} ({s.names[i]}): {float(getattr(s, HEADERS[j])[i])!r}")
                 elif j == 1:
                     item.setForeground(QtGui.QColor(pal.BAD if s.nonfinite[i] else pal.TEXT))
-        t.setUpdatesEnabled(True)

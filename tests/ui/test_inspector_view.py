@@ -242,3 +242,31 @@ def test_a_long_alarm_wraps_in_a_narrow_dock_instead_of_scrolling_sideways(qtbot
     assert not lst.horizontalScrollBar().isVisible()
     rect = lst.visualItemRect(lst.item(0))
     assert rect.width() <= lst.viewport().width() and rect.height() > lst.fontMetrics().height() * 1.5  # wrapped
+
+
+def test_the_table_is_told_of_a_refresh_once_and_still_fits_and_shows_the_new_numbers(qtbot) -> None:
+    # 100 dims: each of the 1,000 cell changes had reached the view, and the header, sizing its columns to their
+    # contents, measured the column again for each (55 ms a refresh beside a 4096-env engine).
+    from lucky_monitor.ui.inspector_view import InspectorView
+
+    view = InspectorView(lambda: None)
+    qtbot.addWidget(view)
+    view.resize(420, 700)
+    view.show()
+    view.tabs.setCurrentWidget(view.table)
+    base = attached_tick(small_header())
+    changes: list[int] = []
+    view.table.model().dataChanged.connect(lambda *_: changes.append(1))
+    obs = np.ones((8, 100), np.float32)
+    view.apply(dataclasses.replace(base, inspector=frame_with(1, obs)))
+    assert view.table.rowCount() == 100 and len(changes) == 1
+    obs[:, 7] = np.linspace(-123456.7, 98765.4, 8)  # longer numbers in every column of dim 7
+    view.apply(dataclasses.replace(base, inspector=frame_with(2, obs)))
+    assert len(changes) == 2
+    QtWidgets.QApplication.processEvents()
+    assert view.table.item(7, 2).text() == f"{float(obs[:, 7].mean()):.4g}"
+    assert view.table.item(7, 4).text() == "-1.235e+05" and view.table.item(7, 5).text() == "9.877e+04"
+    metrics = view.table.fontMetrics()
+    for col in range(6):  # the columns grew to the new numbers: none cut
+        widest = max(metrics.horizontalAdvance(view.table.item(r, col).text()) for r in range(100))
+        assert view.table.columnWidth(col) >= widest, col
