@@ -48,7 +48,7 @@ from PySide6.QtCore import (
 from PySide6.QtQml import QmlElement
 
 from ..core.monitor import LinkState
-from ..core.session import CommandResult, SegmentEntry, Tick
+from ..core.session import CommandResult, CommandsState, SegmentEntry, Tick
 from ..core.text import DASH, age_text, bytes_text
 from ..protocol.enums import EngineState, GpuObsMode, Mode, Service, SimMode
 from ..protocol.header import Header, LiveFields
@@ -476,6 +476,12 @@ class MonitorBackend(QObject):
         self._next_live = 0.0
         self._shown_key: tuple[object, ...] | None = None
         self._shown_commands: object = None
+        # A repeat's sends and answers are shown at the panels' rate (see apply): when next, and the
+        # draw result held meanwhile (the newest), with the status of the one shown last.
+        self._next_commands = 0.0
+        self._held_result: tuple[CommandResult, Tick] | None = None
+        self._next_result = 0.0
+        self._shown_draw_status: str | None = None
         self._selected: str | None = None
         self._segment_rows: tuple[SegmentEntry, ...] | None = None
         self._attached_name: str | None = None  # the segment attached as of the last tick
@@ -512,17 +518,40 @@ class MonitorBackend(QObject):
             self._on_attach(tick.header)
             self._next_live = 0.0
             self._shown_key = None
+            self._held_result, self._shown_draw_status = None, None
         # The session hands over the same state texts, ToolsState and CommandsState objects while
         # nothing changed: compare those (identity first) and skip what is already shown.
         key = (tick.name, tick.state, tick.text, tick.reason, tick.notice, tick.header is None, tick.tools)
         if key != self._shown_key:
             self._shown_key = key
             self._apply_state(tick)
-        if tick.commands is not self._shown_commands:
-            self._shown_commands = tick.commands
-            self._apply_commands(tick)
+        # While a draw repeats (10 a second and more), its sends and answers are shown at the panels' rate:
+        # each showing re-evaluates the debug-draw form's bindings, and at 10 Hz that cost the window 0.7 % of a
+        # core. A change of state (a repeat started or stopped, a service or mode pending, a result of another
+        # status) is shown at once.
+        commands = tick.commands
+        if commands is not self._shown_commands:
+            shown = self._shown_commands
+            steady = (
+                isinstance(shown, CommandsState)
+                and bool(commands.repeat_kind)
+                and (commands.repeat_kind, commands.repeat_hz) == (shown.repeat_kind, shown.repeat_hz)
+                and (commands.pending_services, commands.sim_pending) == (shown.pending_services, shown.sim_pending)
+            )
+            if not steady or tick.t >= self._next_commands:
+                self._shown_commands = commands
+                self._next_commands = tick.t + self.LIVE_PERIOD_S
+                self._apply_commands(tick)
+        repeating = bool(commands.repeat_kind)
         for r in tick.results:
-            self._apply_result(r, tick)
+            if r.kind in ("service", "sim"):
+                self._apply_result(r, tick)
+            elif repeating and r.status == self._shown_draw_status and tick.t < self._next_result:
+                self._held_result = (r, tick)  # the newest of the repeat's answers, shown when due
+            else:
+                self._show_draw_result(r, tick)
+        if self._held_result is not None and (tick.t >= self._next_result or not repeating):
+            self._show_draw_result(*self._held_result)
         if tick.live is not None:
             self._apply_switches(tick.live)
         if self._draw_debug_on is not None and tick.live is not None:
@@ -792,6 +821,12 @@ class MonitorBackend(QObject):
         )
         if not cmd.sim_pending:
             self._set(simModePending=False)
+
+    def _show_draw_result(self, r: CommandResult, tick: Tick) -> None:
+        self._held_result = None
+        self._shown_draw_status = r.status
+        self._next_result = tick.t + self.LIVE_PERIOD_S
+        self._apply_result(r, tick)
 
     def _apply_result(self, r: CommandResult, tick: Tick) -> None:
         kind = r.status

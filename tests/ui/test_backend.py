@@ -1325,3 +1325,44 @@ def test_the_draw_forms_buttons_stay_put_when_the_tab_changes(views) -> None:
                 bottom = colour.mapToScene(QPointF(0, colour.height())).y()
             gap = clear.mapToScene(QPointF(0, 0)).y() - bottom
             assert gap <= (16 if index == 2 else 48), (height, index, gap)  # Line: the velocity page is taller
+
+
+def test_a_repeats_sends_and_answers_are_shown_at_the_panels_rate_and_a_change_at_once(qapp) -> None:
+    # At 10 Hz and more, showing each send and answer re-evaluated the debug-draw form's bindings 20 times a second
+    # (0.7 % of a core of the window's 10 %). A steady repeat is shown at the panels' rate; what changes is not held.
+    b = MonitorBackend(StandInSession())
+    b.LIVE_PERIOD_S = 1.0  # a panel refresh a second
+    emitted: list[int] = []
+    b.drawChanged.connect(lambda: emitted.append(1))
+    b.apply(attached_tick(t=0.0))
+    repeat = CommandsState(repeat_kind="line", repeat_hz=10.0)
+    t, answered = 0.0, 0
+    b.apply(attached_tick(t=t, commands=repeat))  # the repeat starts: shown at once
+    assert b.value("repeatKind") == "line"
+    emitted.clear()
+    for _ in range(30):  # 3 s of a repeat at 10 Hz: a send and an answer each 0.1 s
+        t += 0.05
+        b.apply(attached_tick(t=t, commands=dataclasses.replace(repeat, draw_pending=True, draws_answered=answered)))
+        t += 0.05
+        answered += 1
+        ok = CommandResult("line", 0, "ok", f"success {answered} ms", answered / 1000, answered)
+        b.apply(attached_tick(t=t, commands=dataclasses.replace(repeat, draws_answered=answered), results=(ok,)))
+    assert 3 <= len(emitted) <= 8  # about twice a second (commands, results), not 60 times in 3 s
+    assert b.value("drawCount") >= answered - 10  # within a panel period of the count
+    # An answer of another status is shown at once, as is the last one when the repeat stops.
+    t += 0.05
+    bad = CommandResult("line", 0, "error", "error: service Debug is disabled", 0.001, 99)
+    b.apply(attached_tick(t=t, commands=dataclasses.replace(repeat, draws_answered=answered + 1), results=(bad,)))
+    assert (b.value("lastDrawResult"), b.value("lastDrawResultKind")) == ("error: service Debug is disabled", "error")
+    t += 0.05
+    good = CommandResult("line", 0, "ok", "success 1.5 ms", 0.0015, 100)
+    b.apply(attached_tick(t=t, commands=dataclasses.replace(repeat, draws_answered=answered + 2), results=(good,)))
+    assert b.value("lastDrawResult") == "success 1.5 ms"
+    t += 0.05
+    again = CommandResult("line", 0, "ok", "success 1.7 ms", 0.0017, 101)
+    b.apply(attached_tick(t=t, commands=dataclasses.replace(repeat, draws_answered=answered + 3), results=(again,)))
+    assert b.value("lastDrawResult") == "success 1.5 ms"  # held: the same status within the period
+    t += 0.05
+    b.apply(attached_tick(t=t, commands=CommandsState(draws_answered=answered + 3)))  # the repeat stops
+    assert b.value("lastDrawResult") == "success 1.7 ms" and b.value("lastRttMs") == 1.7
+    assert b.value("drawCount") == answered + 3 and b.value("repeatKind") == ""
