@@ -1027,6 +1027,14 @@ class PlotsPanel(QtWidgets.QWidget):
         self._last_key = None
         if self._view is not None:
             self._draw_curves(self._view, self._curve_target(), self._x_span())
+        # Fitted to the new scale now, also while paused (a paused redraw leaves the ranges alone).
+        highs = [
+            float(np.nanmax(y))
+            for y in (self.dones_curve.getData()[1], self.truncs_curve.getData()[1])
+            if y is not None and np.isfinite(y).any()
+        ]
+        if highs:
+            self._follow_y(box, 0.0, max(highs), floor=0.0)
 
     @property
     def paused(self) -> bool:

@@ -931,3 +931,23 @@ def test_switching_to_log_counts_hands_a_zoomed_counts_range_back_to_the_panel(p
     panel.set_log_counts(True)
     high = float(np.nanmax(curve_xy(panel.truncs_curve)[1]))
     assert vb.viewRange()[1][1] < 10.0 and vb.viewRange()[1][1] >= high
+
+
+def test_switching_log_counts_while_paused_fits_the_new_scale(panel: PlotsPanel) -> None:
+    """Paused, the curves were redrawn on the new scale but the y range stayed the old one's: flat, or cut off."""
+    history = panel.history
+    n = history.num_envs
+    for seq in range(1, 301):
+        truncs = np.zeros(n, np.uint8)
+        if seq == 150:
+            truncs[:] = 1  # 16 envs at once
+        history.append(seq, seq / 50, np.zeros(n, np.float32), np.zeros(n, np.uint8), truncs)
+    panel.update_view()
+    vb = panel.counts_plot.getViewBox()
+    assert 16.0 <= vb.viewRange()[1][1] < 30.0
+    panel.set_paused(True)
+    panel.set_log_counts(True)
+    low, high = vb.viewRange()[1]
+    assert low <= 0.0 and np.log10(17.0) <= high < 2.0  # log10(1 + 16) = 1.23 in view, not flat on the axis
+    panel.set_log_counts(False)
+    assert 16.0 <= vb.viewRange()[1][1] < 30.0  # the spike whole again, not cut at 1.4
