@@ -546,7 +546,12 @@ class MonitorBackend(QObject):
         for r in tick.results:
             if r.kind in ("service", "sim"):
                 self._apply_result(r, tick)
-            elif repeating and r.status == self._shown_draw_status and tick.t < self._next_result:
+            elif (
+                repeating
+                and r.kind == commands.repeat_kind  # a one-off draw sent meanwhile is answered at once
+                and r.status == self._shown_draw_status
+                and tick.t < self._next_result
+            ):
                 self._held_result = (r, tick)  # the newest of the repeat's answers, shown when due
             else:
                 self._show_draw_result(r, tick)

@@ -1362,7 +1362,16 @@ def test_a_repeats_sends_and_answers_are_shown_at_the_panels_rate_and_a_change_a
     again = CommandResult("line", 0, "ok", "success 1.7 ms", 0.0017, 101)
     b.apply(attached_tick(t=t, commands=dataclasses.replace(repeat, draws_answered=answered + 3), results=(again,)))
     assert b.value("lastDrawResult") == "success 1.5 ms"  # held: the same status within the period
+    # A one-off draw of another kind sent during the repeat is answered at once, not held behind the repeat's.
     t += 0.05
-    b.apply(attached_tick(t=t, commands=CommandsState(draws_answered=answered + 3)))  # the repeat stops
+    arrow = CommandResult("arrow", 0, "ok", "success 2.2 ms", 0.0022, 102)
+    b.apply(attached_tick(t=t, commands=dataclasses.replace(repeat, draws_answered=answered + 4), results=(arrow,)))
+    assert b.value("lastDrawResult") == "success 2.2 ms" and b.value("lastRttMs") == 2.2
+    t += 0.05
+    again = CommandResult("line", 0, "ok", "success 1.7 ms", 0.0017, 103)
+    b.apply(attached_tick(t=t, commands=dataclasses.replace(repeat, draws_answered=answered + 5), results=(again,)))
+    assert b.value("lastDrawResult") == "success 2.2 ms"  # the repeat's answer waits its turn
+    t += 0.05
+    b.apply(attached_tick(t=t, commands=CommandsState(draws_answered=answered + 5)))  # the repeat stops
     assert b.value("lastDrawResult") == "success 1.7 ms" and b.value("lastRttMs") == 1.7
-    assert b.value("drawCount") == answered + 3 and b.value("repeatKind") == ""
+    assert b.value("drawCount") == answered + 5 and b.value("repeatKind") == ""
