@@ -501,7 +501,7 @@ class RunStats:
     budget_pct
         The CPU budget in force (written back as ``cpu_budget_pct``).
     poll_hz
-        A tick later than 1.5 poll periods after the previous one is late.
+        An attached tick later than 1.5 poll periods after the previous one is late.
     """
 
     #: Tick durations kept for the percentiles: each of the first this many ticks (18 minutes at 60 Hz),
@@ -562,7 +562,8 @@ class RunStats:
                 self.tick_ms[j] = tick_s * 1e3
         if self._last_t is not None and tick.t - self._last_t > self.late_after:
             self.late_ticks += 1
-        self._last_t = tick.t
+        # Detached, the window ticks slower on purpose (``DETACHED_HZ``): only attached ticks are held to the poll.
+        self._last_t = tick.t if tick.header is not None else None
         if tick.generation != self._gen:
             self._close_attach()
             self._gen = tick.generation

@@ -286,6 +286,22 @@ def test_run_stats_sum_over_attaches_and_count_late_ticks():
     assert out["cpu_s"] == 1.25 and out["wall_s"] == 12.5 and out["cpu_budget_pct"] == 10.0
 
 
+def test_run_stats_hold_only_attached_ticks_to_the_poll():
+    # Detached, the window ticks at 10 Hz on purpose: those ticks, and the first attached one after them, are not late.
+    h = small_header()
+    s = RunStats(start_wall=0.0, start_cpu=0.0, budget_pct=10.0)
+    t = 0.0
+    for _ in range(5):
+        t += 0.1
+        s.add_tick(tick(t=t, generation=0), 0.001)  # searching
+    for k in range(5):
+        t += 1 / 60
+        s.add_tick(attached_tick(h, t=t, live=live_fields(frame_seq=k + 1)), 0.001)
+    t += 0.1
+    s.add_tick(attached_tick(h, t=t, live=live_fields(frame_seq=7)), 0.001)  # an attached tick that came late
+    assert s.result(now_wall=t, now_cpu=0.0)["late_ticks"] == 1
+
+
 def test_run_stats_keep_a_bounded_uniform_sample_of_tick_durations(monkeypatch):
     # A run of days must not keep every tick's duration: past TICK_SAMPLE ticks a uniform sample stands in.
     monkeypatch.setattr(RunStats, "TICK_SAMPLE", 2000)

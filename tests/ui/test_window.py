@@ -474,8 +474,8 @@ def test_panels_do_not_render_when_nothing_changed(qtbot, window):
     qtbot.wait(1500)
     before = (frames_rendered(win.panel), frames_rendered(win.draw_form))
     ticks = win.stats.ticks
-    qtbot.wait(1000)
-    assert win.stats.ticks - ticks > 30
+    qtbot.wait(3000)
+    assert win.stats.ticks - ticks > 20  # searching, the window ticks at DETACHED_HZ
     assert (frames_rendered(win.panel), frames_rendered(win.draw_form)) == before
     win.backend.setRepeat("", 0)  # a value that changes (the draw form's status) renders a frame
     win.backend.drawLine(0, 0, 0, 1, 1, 1, 1, 0, 0, 1, False)
@@ -935,3 +935,22 @@ def test_zooming_panning_and_resizing_are_told_to_the_budget(qtbot, engine, wind
     win.resize(win.width() - 40, win.height() - 30)
     qtbot.waitUntil(lambda: len(told) > n, timeout=2000)
     assert all(abs(t - time.monotonic()) < 5 for t in told)  # the clock the budget's readings use
+
+
+def test_with_no_segment_attached_the_window_ticks_slower_and_at_60_hz_from_the_attach(qtbot, window):
+    # A window left searching took 2.9 % of a core at 60 Hz; nothing detached moves faster than the attach's retry.
+    from lucky_monitor.ui.main_window import DETACHED_HZ, POLL_HZ
+
+    name = unique_segment_name("later")
+    win = window(name)
+    qtbot.waitUntil(lambda: win.timer.interval() == round(1000 / DETACHED_HZ), timeout=5000)
+    ticks = win.stats.ticks
+    qtbot.wait(1000)
+    assert win.stats.ticks - ticks <= 2 * DETACHED_HZ  # not 60 a second
+    with ticked_engine("later", num_envs=4, obs_size=8, act_size=2, hz=100.0) as eng:
+        win.session.switch(eng.name)
+        wait_state(qtbot, win, LinkState.FREE_RUNNING)
+        assert win.timer.interval() == round(1000 / POLL_HZ)
+        qtbot.wait(500)
+        assert win.stats.late_ticks <= 5  # the slow ticks before the attach are not late ones
+    qtbot.waitUntil(lambda: win.timer.interval() == round(1000 / DETACHED_HZ), timeout=5000)  # the engine gone
