@@ -32,6 +32,24 @@ pytestmark = [
 ]
 
 
+def engine_clock(seg, events, *, beats_until: int | None = None):
+    """A fake clock that plays the engine: each call is 10 ms later and beats the heartbeat (up to call
+    ``beats_until``); at call ``k`` it runs ``events[k]()`` (a write begun, the segment unlinked ...)."""
+    t = {"now": 0.0, "calls": 0}
+
+    def clock() -> float:
+        t["calls"] += 1
+        t["now"] += 0.01
+        if beats_until is None or t["calls"] < beats_until:
+            seg.set("heartbeat_ns", time.monotonic_ns())
+        event = events.get(t["calls"])
+        if event is not None:
+            event()
+        return t["now"]
+
+    return clock
+
+
 def decode(path) -> list[np.ndarray]:
     """Every frame of the video at ``path``, RGB."""
     with warnings.catch_warnings():
@@ -113,20 +131,16 @@ def test_a_torn_copy_never_reaches_the_video(segment_factory, tmp_path) -> None:
     seg.set("heartbeat_ns", time.monotonic_ns())
     seg.images[0] = (255, 0, 0)
     seg.set("image_seq", 2)
-    t = {"now": 0.0, "calls": 0}
 
-    def clock() -> float:
-        # a fake clock that plays the engine: each call is 10 ms later
-        t["calls"] += 1
-        t["now"] += 0.01
-        seg.set("heartbeat_ns", time.monotonic_ns())
-        if t["calls"] == 150:
-            seg.set("image_seq", 3)  # a write begins ...
-            seg.images[0, :16] = (0, 0, 255)  # ... and is half done for a long while
-        elif t["calls"] == 300:
-            seg.images[0] = (0, 255, 0)
-            seg.set("image_seq", 4)  # ... done: green
-        return t["now"]
+    def begin() -> None:
+        seg.set("image_seq", 3)  # a write begins ...
+        seg.images[0, :16] = (0, 0, 255)  # ... and is half done for a long while
+
+    def done() -> None:
+        seg.images[0] = (0, 255, 0)
+        seg.set("image_seq", 4)  # ... done: green
+
+    clock = engine_clock(seg, {150: begin, 300: done})
 
     session = MonitorSession(seg.name, tools=False, images=False, discover=False, traffic=False, clock=clock)
     out = tmp_path / "torn.mp4"
@@ -195,16 +209,7 @@ def test_the_engine_going_away_ends_the_video_with_its_last_image(segment_factor
     seg.set("heartbeat_ns", time.monotonic_ns())
     seg.images[:] = (0, 255, 0)
     seg.set("image_seq", 2)
-    t = {"now": 0.0, "calls": 0}
-
-    def clock() -> float:
-        t["calls"] += 1
-        t["now"] += 0.01
-        if t["calls"] == 200:
-            seg.unlink()  # the engine closes and removes its segment
-        elif t["calls"] < 200:
-            seg.set("heartbeat_ns", time.monotonic_ns())
-        return t["now"]
+    clock = engine_clock(seg, {200: seg.unlink}, beats_until=200)  # the engine closes and removes its segment
 
     session = MonitorSession(seg.name, tools=False, images=False, discover=False, traffic=False, clock=clock)
     out = tmp_path / "gone.mp4"
@@ -225,15 +230,7 @@ def test_a_header_broken_under_the_recording_ends_it_with_the_links_reason(segme
     seg = segment_factory(num_envs=2, image=(16, 8, 3))
     seg.images[:] = (0, 255, 0)
     seg.set("image_seq", 2)
-    t = {"now": 0.0, "calls": 0}
-
-    def clock() -> float:
-        t["calls"] += 1
-        t["now"] += 0.01
-        seg.set("heartbeat_ns", time.monotonic_ns())
-        if t["calls"] == 200:
-            struct.pack_into("<I", seg.buf, OFFSET["magic"], 0x12345678)
-        return t["now"]
+    clock = engine_clock(seg, {200: lambda: struct.pack_into("<I", seg.buf, OFFSET["magic"], 0x12345678)})
 
     session = MonitorSession(seg.name, tools=False, images=False, discover=False, traffic=False, clock=clock)
     try:
